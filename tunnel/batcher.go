@@ -1,0 +1,164 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// pipelineOp is one command waiting to leave in a pipeline.
+type pipelineOp struct {
+	// queue adds the command to p.
+	queue func(ctx context.Context, p redis.Pipeliner) redis.Cmder
+	// script, when set, is the Lua script queue runs with EVALSHA; on
+	// NOSCRIPT the op is sent again with EVAL.
+	script *scriptCall
+	// done receives the finished command. It runs on a flusher goroutine,
+	// so it must not block.
+	done func(redis.Cmder)
+}
+
+// scriptCall is a Lua script invocation.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+func (s *scriptCall) evalSha(ctx context.Context, c redis.Cmdable) redis.Cmder {
+	return s.script.EvalSha(ctx, c, s.keys, s.args...)
+}
+
+// scriptOp returns an op that runs a script.
+func scriptOp(call *scriptCall, done func(redis.Cmder)) *pipelineOp {
+	return &pipelineOp{
+		queue:  func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return call.evalSha(ctx, p) },
+		script: call,
+		done:   done,
+	}
+}
+
+// batcher coalesces commands from many goroutines into pipelines: a few
+// flusher goroutines each take whatever is queued (at least one op, at
+// most maxBatch) and send it in one round trip. A lone command leaves at
+// once; under load, commands that arrive while a pipeline is in flight
+// ride the next one. No lock is held during I/O.
+type batcher struct {
+	rdb      redis.UniversalClient
+	ops      chan *pipelineOp
+	maxBatch int
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// errBatcherClosed is returned by submit after close.
+var errBatcherClosed = errors.New("rpr: closed")
+
+// newBatcher starts flushers goroutines; stop them with close.
+func newBatcher(rdb redis.UniversalClient, flushers, maxBatch, queueSize int) *batcher {
+	b := &batcher{rdb: rdb, ops: make(chan *pipelineOp, queueSize), maxBatch: maxBatch, stop: make(chan struct{})}
+	for range flushers {
+		b.wg.Add(1)
+		go b.flushLoop()
+	}
+	return b
+}
+
+// submit queues op, waiting for room while ctx allows.
+func (b *batcher) submit(ctx context.Context, op *pipelineOp) error {
+	select {
+	case <-b.stop:
+		return errBatcherClosed
+	default:
+	}
+	select {
+	case b.ops <- op:
+		return nil
+	case <-b.stop:
+		return errBatcherClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// trySubmit queues op if there is room right now, for work that may be
+// skipped under pressure (it is done again later).
+func (b *batcher) trySubmit(op *pipelineOp) {
+	select {
+	case <-b.stop:
+	case b.ops <- op:
+	default:
+	}
+}
+
+// close sends what is queued and stops the flushers.
+func (b *batcher) close() {
+	b.stopOnce.Do(func() { close(b.stop) })
+	b.wg.Wait()
+}
+
+func (b *batcher) flushLoop() {
+	defer b.wg.Done()
+	batch := make([]*pipelineOp, 0, b.maxBatch)
+	for {
+		select {
+		case op := <-b.ops:
+			batch = b.fill(append(batch[:0], op))
+			b.flush(batch)
+			clear(batch)
+		case <-b.stop:
+			// send what is left, then exit
+			for {
+				batch = b.fill(batch[:0])
+				if len(batch) == 0 {
+					return
+				}
+				b.flush(batch)
+				clear(batch)
+			}
+		}
+	}
+}
+
+// fill adds queued ops to batch without waiting, up to maxBatch.
+func (b *batcher) fill(batch []*pipelineOp) []*pipelineOp {
+	for len(batch) < b.maxBatch {
+		select {
+		case op := <-b.ops:
+			batch = append(batch, op)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// flush sends batch in one pipeline and hands each op its result. Ops
+// whose script was missing (NOSCRIPT) are sent again with EVAL.
+func (b *batcher) flush(batch []*pipelineOp) {
+	// Ops must complete even when their submitter's context has ended
+	// (a server completion must be written whatever happens to the call),
+	// so the pipeline runs on its own context.
+	ctx := context.Background()
+	pipe := b.rdb.Pipeline()
+	cmds := make([]redis.Cmder, len(batch))
+	for i, op := range batch {
+		cmds[i] = op.queue(ctx, pipe)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, op := range batch {
+		cmd := cmds[i]
+		if op.script != nil && isNoScript(cmd.Err()) {
+			cmd = op.script.script.Eval(ctx, b.rdb, op.script.keys, op.script.args...)
+		}
+		op.done(cmd)
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}

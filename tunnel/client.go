@@ -1,0 +1,588 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// DefaultMaxMessageBytes is the default limit on request and response
+// payloads, as in gRPC.
+const DefaultMaxMessageBytes = 4 << 20
+
+// ClientOptions configure a Client. The zero value works.
+type ClientOptions struct {
+	// App is the four-character business code placed in request ids
+	// (A-Z, 0-9), e.g. "ORD1". A service's (rpr.v1.service).biz_code takes
+	// precedence; when neither is set, a code is derived from the service
+	// name.
+	App string
+	// ID names this client instance in key names and logs. Default:
+	// host-pid-random. Two live clients must not share an id.
+	ID string
+	// Prefix starts every key (default DefaultPrefix). Client and server
+	// must agree.
+	Prefix string
+	// DefaultTimeout bounds calls whose context has no deadline and whose
+	// method sets no timeout (default 30s). Every call through Redis has a
+	// deadline, so a request never waits in a queue forever.
+	DefaultTimeout time.Duration
+	// MaxRequestBytes and MaxResponseBytes limit payload sizes (default
+	// DefaultMaxMessageBytes).
+	MaxRequestBytes  int
+	MaxResponseBytes int
+	// Interceptors wrap every call; the first is the outermost.
+	Interceptors []UnaryClientInterceptor
+	// Logger receives the client's log lines (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// responseGroup is the consumer group a client reads its response stream
+// through.
+const responseGroup = "client"
+
+// responseStreamTTL is how long a client's response stream outlives the
+// client: the client refreshes it every heartbeatInterval, so it expires
+// this long after the client is gone.
+const responseStreamTTL = time.Minute
+
+// Client sends calls to services through Redis. Create one per process and
+// Redis with NewClient, share it between goroutines and generated clients,
+// and Close it on shutdown.
+//
+// For each service it calls, a Client keeps one response stream that only
+// it reads, with one reader goroutine that hands each response to the
+// waiting caller; calls never poll.
+type Client struct {
+	rdb         redis.UniversalClient
+	opts        ClientOptions
+	keys        keyspace
+	log         *slog.Logger
+	interceptor UnaryClientInterceptor
+	writer      *batcher
+	clock       redisClock
+
+	// ctx ends when the client closes; it bounds every background goroutine.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	services map[string]*clientService
+}
+
+// NewClient returns a Client that talks through rdb. rdb stays the caller's:
+// Close does not close it.
+func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
+	if rdb == nil {
+		return nil, errors.New("rpr: NewClient: redis client is nil (use tunnel.Open)")
+	}
+	if opts.App != "" {
+		if err := ValidateBizCode(opts.App); err != nil {
+			return nil, fmt.Errorf("rpr: ClientOptions.App: %w", err)
+		}
+	}
+	if opts.ID == "" {
+		opts.ID = instanceID()
+	} else if strings.ContainsAny(opts.ID, "{}: ") {
+		return nil, fmt.Errorf("rpr: ClientOptions.ID %q may not contain braces, colons or spaces", opts.ID)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = 30 * time.Second
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxMessageBytes
+	}
+	if opts.MaxResponseBytes <= 0 {
+		opts.MaxResponseBytes = DefaultMaxMessageBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Client{
+		rdb:         rdb,
+		opts:        opts,
+		keys:        keyspace{prefix: opts.Prefix},
+		log:         opts.Logger.With("rpr_client", opts.ID),
+		interceptor: chainClientInterceptors(opts.Interceptors),
+		writer:      newBatcher(rdb, 4, 512, 4096),
+		ctx:         ctx,
+		cancel:      cancel,
+		services:    map[string]*clientService{},
+	}, nil
+}
+
+// ID returns the client instance's id.
+func (c *Client) ID() string { return c.opts.ID }
+
+// Invoke sends one unary call and waits for its response, filling reply.
+// Generated clients call it; errors are *Error values (see CodeOf).
+func (c *Client) Invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) error {
+	if c.interceptor != nil {
+		return c.interceptor(ctx, method, req, reply, c.invoke, opts...)
+	}
+	return c.invoke(ctx, method, req, reply, opts...)
+}
+
+// callResult is what a waiting call receives.
+type callResult struct {
+	resp *responseEnvelope
+	err  error
+}
+
+func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) error {
+	var cfg callConfig
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	full := method.FullMethod()
+
+	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))
+	defer cancel()
+
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return Errorf(Internal, "%s: marshal request %T: %v", full, req, err)
+	}
+	if len(payload) > c.opts.MaxRequestBytes {
+		return Errorf(ResourceExhausted, "%s: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", full, len(payload), c.opts.MaxRequestBytes)
+	}
+
+	svc, err := c.service(ctx, method.Service)
+	if err != nil {
+		return err
+	}
+	if svc.liveWorkers.Load() == 0 {
+		return Errorf(Unavailable, "%s: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, method.Service, liveWindow, c.opts.Prefix)
+	}
+
+	rid := newRequestID(c.bizCode(method), time.Now())
+	deadline, _ := ctx.Deadline()
+	env := &requestEnvelope{
+		Version:  envelopeVersion,
+		ID:       rid,
+		Method:   full,
+		Deadline: c.clock.toRedis(deadline),
+		Header:   cfg.header,
+		ReplyTo:  svc.stream,
+		Enqueued: c.clock.toRedis(time.Now()),
+		Attempt:  1,
+		Kind:     kindUnary,
+		Payload:  payload,
+	}
+	raw, err := marshalEnvelope(env)
+	if err != nil {
+		return Errorf(Internal, "%s [%s]: %v", full, rid, err)
+	}
+
+	wait := svc.expect(rid)
+	defer svc.forget(rid)
+	sent := make(chan error, 1)
+	requests := c.keys.requests(method.Service)
+	err = c.writer.submit(ctx, &pipelineOp{
+		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+			return p.XAdd(ctx, &redis.XAddArgs{Stream: requests, Values: []any{envelopeField, raw}})
+		},
+		done: func(cmd redis.Cmder) { sent <- cmd.Err() },
+	})
+	if err != nil {
+		return c.waitError(ctx, full, rid, err)
+	}
+
+	for {
+		select {
+		case err := <-sent:
+			if err != nil {
+				return Errorf(Unavailable, "%s [%s]: send request to redis: %v", full, rid, err)
+			}
+			sent = nil // sent; keep waiting for the response
+		case res := <-wait:
+			if res.err != nil {
+				return res.err
+			}
+			return c.finish(full, res.resp, reply, &cfg)
+		case <-ctx.Done():
+			return c.waitError(ctx, full, rid, ctx.Err())
+		}
+	}
+}
+
+// deadline picks a call's deadline: the context's, else now plus the call
+// option's timeout, the method's default or the client's default. A call
+// option never extends the context's deadline.
+func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout time.Duration) time.Time {
+	timeout := callTimeout
+	if timeout <= 0 {
+		timeout = method.Timeout
+	}
+	ctxDeadline, hasDeadline := ctx.Deadline()
+	if hasDeadline && (callTimeout <= 0 || ctxDeadline.Before(time.Now().Add(callTimeout))) {
+		return ctxDeadline
+	}
+	if timeout <= 0 {
+		timeout = c.opts.DefaultTimeout
+	}
+	return time.Now().Add(timeout)
+}
+
+func (c *Client) bizCode(method *MethodDesc) string {
+	switch {
+	case method.BizCode != "":
+		return method.BizCode
+	case c.opts.App != "":
+		return c.opts.App
+	}
+	return bizCodeForService(method.Service)
+}
+
+// waitError turns a context or submit error into the call's status.
+func (c *Client) waitError(ctx context.Context, full, rid string, err error) error {
+	switch {
+	case errors.Is(err, errBatcherClosed):
+		return Errorf(Canceled, "%s [%s]: client closed", full, rid)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return Errorf(DeadlineExceeded, "%s [%s]: deadline exceeded while waiting for the response", full, rid)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return Errorf(Canceled, "%s [%s]: call cancelled by the caller", full, rid)
+	}
+	return Errorf(Unknown, "%s [%s]: %v", full, rid, err)
+}
+
+// finish turns a response envelope into reply or an error.
+func (c *Client) finish(full string, resp *responseEnvelope, reply proto.Message, cfg *callConfig) error {
+	if cfg.responseHeader != nil {
+		*cfg.responseHeader = resp.Header
+	}
+	if cfg.trailer != nil {
+		*cfg.trailer = resp.Trailer
+	}
+	if resp.Code != OK {
+		e := &Error{code: resp.Code, message: resp.Message}
+		for _, raw := range resp.Details {
+			a := new(anypb.Any)
+			if err := proto.Unmarshal(raw, a); err != nil {
+				c.log.Warn("rpr: dropping undecodable error detail", "request_id", resp.ID, "method", full, "error", err)
+				continue
+			}
+			e.details = append(e.details, a)
+		}
+		return e
+	}
+	if len(resp.Payload) > c.opts.MaxResponseBytes {
+		return Errorf(ResourceExhausted, "%s [%s]: response is %d bytes, over the %d-byte limit (ClientOptions.MaxResponseBytes)", full, resp.ID, len(resp.Payload), c.opts.MaxResponseBytes)
+	}
+	if err := proto.Unmarshal(resp.Payload, reply); err != nil {
+		return Errorf(Internal, "%s [%s]: response is not a valid %s: %v (are client and server built from the same .proto?)", full, resp.ID, reply.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return nil
+}
+
+// Close stops the client: calls in flight fail with CANCELED, background
+// goroutines end, and the client's response streams are deleted. It does not
+// close the Redis client.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	services := make([]*clientService, 0, len(c.services))
+	for _, s := range c.services {
+		services = append(services, s)
+	}
+	c.mu.Unlock()
+
+	c.cancel()
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range services {
+		// Deleting the stream also wakes the reader blocked on it.
+		if err := c.rdb.Del(ctx, s.stream).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("rpr: delete response stream %s: %w", s.stream, err))
+		}
+		s.failAll(Errorf(Canceled, "client closed while the call was in flight"))
+	}
+	c.wg.Wait()
+	c.writer.close()
+	return errors.Join(errs...)
+}
+
+// instanceID names a process instance: host-pid-random.
+func instanceID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r == '{' || r == '}' || r == ':' || r == ' ' {
+			return '_'
+		}
+		return r
+	}, host)
+	return fmt.Sprintf("%s-%d-%06x", host, os.Getpid(), rand.Uint32()&0xffffff)
+}
+
+// clientService is what a Client keeps per service it calls: the response
+// stream, the calls waiting on it, and how many workers were live at the
+// last look.
+type clientService struct {
+	name   string
+	stream string
+
+	ready chan struct{} // closed when setup finished; then err is set
+	err   error
+
+	liveWorkers atomic.Int32
+
+	mu      sync.Mutex
+	waiting map[string]chan callResult
+}
+
+// service returns the state of a service, setting it up on first use: the
+// first call to a service creates its response stream and starts its
+// reader and watcher. Setup failures are not remembered, so a later call
+// tries again.
+func (c *Client) service(ctx context.Context, name string) (*clientService, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, Errorf(Canceled, "%s: client closed", name)
+	}
+	s, ok := c.services[name]
+	if !ok {
+		s = &clientService{
+			name:    name,
+			stream:  c.keys.responses(name, c.opts.ID),
+			ready:   make(chan struct{}),
+			waiting: map[string]chan callResult{},
+		}
+		c.services[name] = s
+		c.wg.Add(1)
+		go c.startService(s)
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, Errorf(DeadlineExceeded, "%s: deadline exceeded while connecting to the service's streams", name)
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// startService sets up s and, when that works, runs its reader and watcher.
+func (c *Client) startService(s *clientService) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	err := c.createResponseStream(ctx, s)
+	if err == nil {
+		err = c.refresh(ctx, s)
+	}
+	cancel()
+	if err != nil {
+		s.err = Errorf(Unavailable, "%s: set up response stream: %v", s.name, err)
+		c.mu.Lock()
+		delete(c.services, s.name)
+		c.mu.Unlock()
+		close(s.ready)
+		return
+	}
+	close(s.ready)
+	c.wg.Add(2)
+	go c.readResponses(s)
+	go c.watch(s)
+}
+
+// createResponseStream makes the response stream and its group (both may
+// exist already after a reconnect) and sets its expiry.
+func (c *Client) createResponseStream(ctx context.Context, s *clientService) error {
+	err := c.rdb.XGroupCreateMkStream(ctx, s.stream, responseGroup, "$").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("create %s: %w", s.stream, err)
+	}
+	if err := c.rdb.PExpire(ctx, s.stream, responseStreamTTL).Err(); err != nil {
+		return fmt.Errorf("set expiry of %s: %w", s.stream, err)
+	}
+	return nil
+}
+
+// refresh reads Redis's clock and the service's worker heartbeats, and
+// extends the response stream's life, in one round trip. It recreates the
+// response stream if it disappeared (Redis restarted or evicted it).
+func (c *Client) refresh(ctx context.Context, s *clientService) error {
+	pipe := c.rdb.Pipeline()
+	sentAt := time.Now()
+	timeCmd := pipe.Time(ctx)
+	workers := pipe.HGetAll(ctx, c.keys.workers(s.name))
+	expire := pipe.PExpire(ctx, s.stream, responseStreamTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	redisNow := timeCmd.Val()
+	c.clock.observe(redisNow, sentAt, time.Now())
+	s.liveWorkers.Store(int32(countLiveWorkers(workers.Val(), redisNow.UnixMilli())))
+	if !expire.Val() {
+		return c.createResponseStream(ctx, s)
+	}
+	return nil
+}
+
+// watch refreshes s every heartbeatInterval until the client closes.
+func (c *Client) watch(s *clientService) {
+	defer c.wg.Done()
+	t := time.NewTicker(heartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, heartbeatInterval*3)
+		if err := c.refresh(ctx, s); err != nil && c.ctx.Err() == nil {
+			c.log.Warn("rpr: refresh service state", "service", s.name, "error", err)
+		}
+		cancel()
+	}
+}
+
+// readResponses is the one reader of s's response stream: it blocks on the
+// stream and hands each response to its waiting call.
+func (c *Client) readResponses(s *clientService) {
+	defer c.wg.Done()
+	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	for c.ctx.Err() == nil {
+		streams, err := c.rdb.XReadGroup(c.ctx, &redis.XReadGroupArgs{
+			Group:    responseGroup,
+			Consumer: c.opts.ID,
+			Streams:  []string{s.stream, ">"},
+			Count:    256,
+			Block:    5 * time.Second,
+			NoAck:    true,
+		}).Result()
+		switch {
+		case err == nil:
+			backoff.reset()
+		case errors.Is(err, redis.Nil):
+			continue // nothing within the block time
+		case c.ctx.Err() != nil:
+			return
+		default:
+			c.log.Warn("rpr: read response stream", "stream", s.stream, "error", err)
+			if isMissingStream(err) {
+				ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+				if err := c.createResponseStream(ctx, s); err != nil {
+					c.log.Warn("rpr: recreate response stream", "stream", s.stream, "error", err)
+				}
+				cancel()
+			}
+			backoff.wait(c.ctx)
+			continue
+		}
+		var last string
+		for _, stream := range streams {
+			for _, msg := range stream.Messages {
+				c.deliver(s, msg)
+				last = msg.ID
+			}
+		}
+		if last != "" {
+			c.trimResponses(s, last)
+		}
+	}
+}
+
+// trimResponses removes responses before last, which have all been read.
+// The trim rides along with the next pipeline of calls.
+func (c *Client) trimResponses(s *clientService, last string) {
+	c.writer.trySubmit(&pipelineOp{
+		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+			return p.XTrimMinID(ctx, s.stream, last)
+		},
+		done: func(redis.Cmder) {},
+	})
+}
+
+// deliver decodes one response and hands it to the call waiting for it.
+func (c *Client) deliver(s *clientService, msg redis.XMessage) {
+	raw, _ := msg.Values[envelopeField].(string)
+	resp, err := decodeResponse([]byte(raw))
+	if err != nil {
+		id, _ := peekReplyAddress([]byte(raw))
+		c.log.Error("rpr: undecodable response", "stream", s.stream, "entry", msg.ID, "request_id", id, "error", err)
+		if id != "" {
+			s.complete(id, callResult{err: Errorf(Internal, "%s [%s]: undecodable response from the server: %v", s.name, id, err)})
+		}
+		return
+	}
+	if !s.complete(resp.ID, callResult{resp: resp}) {
+		c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
+	}
+}
+
+// expect registers a call waiting for the response to id.
+func (s *clientService) expect(id string) <-chan callResult {
+	ch := make(chan callResult, 1)
+	s.mu.Lock()
+	s.waiting[id] = ch
+	s.mu.Unlock()
+	return ch
+}
+
+// forget drops a waiting call.
+func (s *clientService) forget(id string) {
+	s.mu.Lock()
+	delete(s.waiting, id)
+	s.mu.Unlock()
+}
+
+// complete hands res to the call waiting for id; false if none waits.
+func (s *clientService) complete(id string, res callResult) bool {
+	s.mu.Lock()
+	ch, ok := s.waiting[id]
+	delete(s.waiting, id)
+	s.mu.Unlock()
+	if ok {
+		ch <- res // buffered, and only one result per id
+	}
+	return ok
+}
+
+// failAll ends every waiting call with err.
+func (s *clientService) failAll(err error) {
+	s.mu.Lock()
+	waiting := s.waiting
+	s.waiting = map[string]chan callResult{}
+	s.mu.Unlock()
+	for _, ch := range waiting {
+		ch <- callResult{err: err}
+	}
+}
+
+// isMissingStream reports the errors a blocked read gets when its stream or
+// group vanished (deleted, expired, Redis restarted without data).
+func isMissingStream(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOGROUP") || strings.HasPrefix(msg, "UNBLOCKED")
+}

@@ -1,0 +1,98 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Error is an rpr status: a code, a message and optional protobuf details.
+// Handlers return one (usually through Errorf) to choose the code the caller
+// sees; clients receive one for every failed call.
+type Error struct {
+	code    Code
+	message string
+	details []*anypb.Any
+	cause   error
+}
+
+// Errorf returns an *Error with the given code and a formatted message. In a
+// handler, it is how you tell the caller what went wrong:
+//
+//	return nil, tunnel.Errorf(tunnel.NotFound, "order %q not found", id)
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// NewError wraps err with a code. The caller sees err's text as the message;
+// errors.Is and errors.As still reach err on this side.
+func NewError(code Code, err error) *Error {
+	return &Error{code: code, message: err.Error(), cause: err}
+}
+
+// Code returns the status code.
+func (e *Error) Code() Code { return e.code }
+
+// Message returns the message without the code.
+func (e *Error) Message() string { return e.message }
+
+// Error formats the status as "rpr: CODE: message".
+func (e *Error) Error() string { return "rpr: " + e.code.String() + ": " + e.message }
+
+// Unwrap returns the error NewError wrapped, if any.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Details returns the protobuf details attached to the status.
+func (e *Error) Details() []*anypb.Any { return e.details }
+
+// WithDetails returns a copy of e carrying the given messages as details
+// (for example errdetails.BadRequest). It fails only if a message cannot be
+// marshalled.
+func (e *Error) WithDetails(msgs ...proto.Message) (*Error, error) {
+	out := *e
+	out.details = append([]*anypb.Any(nil), e.details...)
+	for _, m := range msgs {
+		a, err := anypb.New(m)
+		if err != nil {
+			return nil, fmt.Errorf("rpr: marshal error detail %T: %w", m, err)
+		}
+		out.details = append(out.details, a)
+	}
+	return &out, nil
+}
+
+// CodeOf returns the status code of err: OK for nil, the code of an *Error
+// found with errors.As, DeadlineExceeded or Canceled for the context errors,
+// and Unknown for anything else.
+func CodeOf(err error) Code {
+	if err == nil {
+		return OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.code
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return Canceled
+	}
+	return Unknown
+}
+
+// AsError converts any error to an *Error, keeping codes and details of
+// *Errors and mapping context errors to their codes. It returns nil for nil.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return NewError(CodeOf(err), err)
+}

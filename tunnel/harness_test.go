@@ -1,0 +1,247 @@
+package tunnel_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rprtunnel/rpr/internal/redistest"
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+// echoService is a hand-written service descriptor, shaped like generated
+// code, so the runtime's tests do not depend on gen/.
+const echoService = "test.v1.Echo"
+
+type echoHandler func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
+
+func echoMethod(name string, timeout time.Duration) tunnel.MethodDesc {
+	return tunnel.MethodDesc{
+		Service: echoService,
+		Name:    name,
+		Timeout: timeout,
+		Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, interceptor tunnel.UnaryServerInterceptor) (proto.Message, error) {
+			in := new(wrapperspb.StringValue)
+			if err := decode(in); err != nil {
+				return nil, err
+			}
+			h := impl.(map[string]echoHandler)[name]
+			if interceptor == nil {
+				return h(ctx, in)
+			}
+			info := &tunnel.UnaryServerInfo{Server: impl, FullMethod: echoService + "/" + name}
+			return interceptor(ctx, in, info, func(ctx context.Context, req proto.Message) (proto.Message, error) {
+				return h(ctx, req.(*wrapperspb.StringValue))
+			})
+		},
+	}
+}
+
+var echoDesc = tunnel.ServiceDesc{
+	ServiceName: echoService,
+	Methods: []tunnel.MethodDesc{
+		echoMethod("Echo", 0),
+		echoMethod("Fail", 0),
+		echoMethod("Panic", 0),
+		echoMethod("Slow", 0),
+		echoMethod("Meta", 0),
+		echoMethod("Big", 0),
+	},
+}
+
+// method returns the descriptor of a method by name (also ones the server
+// does not have, to test UNIMPLEMENTED).
+func method(name string) *tunnel.MethodDesc {
+	for i := range echoDesc.Methods {
+		if echoDesc.Methods[i].Name == name {
+			return &echoDesc.Methods[i]
+		}
+	}
+	m := echoMethod(name, 0)
+	return &m
+}
+
+// env is one test's world: a real redis-server, a running Server and a
+// Client.
+type env struct {
+	t      *testing.T
+	redis  *redistest.Server
+	rdb    redis.UniversalClient
+	client *tunnel.Client
+	server *tunnel.Server
+	stop   context.CancelFunc
+	served chan error
+
+	mu    sync.Mutex
+	calls map[string]int // executions per method
+	logs  *logBuffer
+}
+
+type envConfig struct {
+	server  tunnel.ServerOptions
+	client  tunnel.ClientOptions
+	noServe bool
+}
+
+func newEnv(t *testing.T, cfg envConfig) *env {
+	t.Helper()
+	rs := redistest.Start(t)
+	e := &env{t: t, redis: rs, rdb: rs.Client(t), calls: map[string]int{}, logs: &logBuffer{}}
+	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if cfg.server.Logger == nil {
+		cfg.server.Logger = logger
+	}
+	if cfg.client.Logger == nil {
+		cfg.client.Logger = logger
+	}
+	var err error
+	e.server, err = tunnel.NewServer(e.rdb, cfg.server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.server.RegisterService(&echoDesc, e.handlers())
+	e.client, err = tunnel.NewClient(e.rdb, cfg.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.client.Close() })
+	if !cfg.noServe {
+		e.serve()
+	}
+	return e
+}
+
+// serve starts the server; Cleanup stops it and checks it returned nil.
+func (e *env) serve() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stop = cancel
+	e.served = make(chan error, 1)
+	go func() { e.served <- e.server.Serve(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-e.served:
+			if err != nil {
+				e.t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			e.t.Error("Serve did not return 30s after its context ended")
+		}
+	})
+	e.waitLive()
+}
+
+// waitLive waits until the client can see the server's heartbeat.
+func (e *env) waitLive() {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := e.client.Invoke(context.Background(), method("Echo"), wrapperspb.String("ping"), new(wrapperspb.StringValue))
+		if tunnel.CodeOf(err) != tunnel.Unavailable {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("server never became live: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) count(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls[name]
+}
+
+func (e *env) handlers() map[string]echoHandler {
+	record := func(name string, h echoHandler) echoHandler {
+		return func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			e.mu.Lock()
+			e.calls[name]++
+			e.mu.Unlock()
+			return h(ctx, in)
+		}
+	}
+	return map[string]echoHandler{
+		"Echo": record("Echo", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			return wrapperspb.String("echo: " + in.GetValue()), nil
+		}),
+		"Fail": record("Fail", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			e, err := tunnel.Errorf(tunnel.NotFound, "order %q not found", in.GetValue()).WithDetails(wrapperspb.String("detail:" + in.GetValue()))
+			if err != nil {
+				return nil, err
+			}
+			return nil, e
+		}),
+		"Panic": record("Panic", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			panic("boom: " + in.GetValue())
+		}),
+		"Slow": record("Slow", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			d, err := time.ParseDuration(in.GetValue())
+			if err != nil {
+				return nil, tunnel.Errorf(tunnel.InvalidArgument, "bad duration: %v", err)
+			}
+			select {
+			case <-time.After(d):
+				return wrapperspb.String("slept " + in.GetValue()), nil
+			case <-ctx.Done():
+				return nil, tunnel.NewError(tunnel.DeadlineExceeded, ctx.Err())
+			}
+		}),
+		"Meta": record("Meta", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			md := tunnel.HeaderFromContext(ctx)
+			_ = tunnel.SetHeader(ctx, tunnel.Metadata{"x-served-by": {"test"}})
+			_ = tunnel.SetTrailer(ctx, tunnel.Metadata{"x-request-id": {tunnel.RequestIDFromContext(ctx)}})
+			return wrapperspb.String(strings.Join(md.Values("tenant"), ",")), nil
+		}),
+		"Big": record("Big", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			var n int
+			_, _ = fmt.Sscan(in.GetValue(), &n)
+			return wrapperspb.String(strings.Repeat("x", n)), nil
+		}),
+	}
+}
+
+func (e *env) call(ctx context.Context, name, in string, opts ...tunnel.CallOption) (string, error) {
+	out := new(wrapperspb.StringValue)
+	err := e.client.Invoke(ctx, method(name), wrapperspb.String(in), out, opts...)
+	return out.GetValue(), err
+}
+
+// logBuffer collects log output for assertions.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor polls cond (a test condition, not the code under test) until it
+// holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

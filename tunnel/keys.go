@@ -1,0 +1,44 @@
+package tunnel
+
+import "strings"
+
+// DefaultPrefix starts every key rpr writes. Change it (ClientOptions and
+// ServerOptions.Prefix) to run several independent rpr deployments on one
+// Redis.
+const DefaultPrefix = "rpr:v1:"
+
+// workersGroup is the consumer group servers read request streams with.
+const workersGroup = "workers"
+
+// keyspace names every Redis key rpr uses; no other file builds key names.
+// All keys of one service share the hash tag {service}, so a Lua script or
+// pipeline touching several of them stays in one Redis Cluster slot.
+type keyspace struct {
+	prefix string
+}
+
+// tag returns the prefix and hash tag of a service's keys: "rpr:v1:{svc}".
+func (k keyspace) tag(service string) string {
+	return k.prefix + "{" + service + "}"
+}
+
+// requests is the service's request stream, read by the workers group.
+func (k keyspace) requests(service string) string { return k.tag(service) + ":req" }
+
+// responses is one client instance's response stream for a service.
+func (k keyspace) responses(service, clientID string) string {
+	return k.tag(service) + ":resp:" + clientID
+}
+
+// isResponses reports whether key is a response stream of service; servers
+// write only to such keys, whatever an envelope asks for.
+func (k keyspace) isResponses(service, key string) bool {
+	rest, ok := strings.CutPrefix(key, k.tag(service)+":resp:")
+	return ok && rest != "" && !strings.ContainsAny(rest, "{}")
+}
+
+// deadLetters is the service's dead-letter stream.
+func (k keyspace) deadLetters(service string) string { return k.tag(service) + ":dlq" }
+
+// workers is the hash of worker heartbeats: worker id -> JSON info.
+func (k keyspace) workers(service string) string { return k.tag(service) + ":workers" }

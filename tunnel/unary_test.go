@@ -1,0 +1,290 @@
+package tunnel_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+func TestUnaryRoundTrip(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	got, err := e.call(context.Background(), "Echo", "hello")
+	if err != nil || got != "echo: hello" {
+		t.Fatalf("Echo = %q, %v; want %q, nil", got, err, "echo: hello")
+	}
+}
+
+func TestUnaryConcurrentCallsAllAnswered(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	const n = 500
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := strings.Repeat("a", i%7) + string(rune('A'+i%26))
+			got, err := e.call(context.Background(), "Echo", in)
+			if err != nil || got != "echo: "+in {
+				errs <- errors.Join(err, errors.New("got "+got))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestErrorCodeMessageAndDetails(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	_, err := e.call(context.Background(), "Fail", "42")
+	if tunnel.CodeOf(err) != tunnel.NotFound {
+		t.Fatalf("code = %v (%v), want NOT_FOUND", tunnel.CodeOf(err), err)
+	}
+	var te *tunnel.Error
+	if !errors.As(err, &te) || te.Message() != `order "42" not found` {
+		t.Fatalf("message = %v", err)
+	}
+	if len(te.Details()) != 1 {
+		t.Fatalf("details = %v, want 1", te.Details())
+	}
+	d := new(wrapperspb.StringValue)
+	if err := te.Details()[0].UnmarshalTo(d); err != nil || d.GetValue() != "detail:42" {
+		t.Fatalf("detail = %v, %v", d, err)
+	}
+}
+
+func TestHandlerPanicBecomesInternalAndServerKeepsServing(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	_, err := e.call(context.Background(), "Panic", "x")
+	if tunnel.CodeOf(err) != tunnel.Internal || !strings.Contains(err.Error(), "boom: x") {
+		t.Fatalf("err = %v, want INTERNAL naming the panic", err)
+	}
+	if got, err := e.call(context.Background(), "Echo", "after"); err != nil || got != "echo: after" {
+		t.Fatalf("after panic: %q, %v", got, err)
+	}
+	if !strings.Contains(e.logs.String(), "handler panicked") {
+		t.Error("panic not logged")
+	}
+}
+
+func TestUnknownMethodIsUnimplemented(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	_, err := e.call(context.Background(), "NoSuchMethod", "x")
+	if tunnel.CodeOf(err) != tunnel.Unimplemented || !strings.Contains(err.Error(), "test.v1.Echo/NoSuchMethod") {
+		t.Fatalf("err = %v, want UNIMPLEMENTED naming the method", err)
+	}
+}
+
+func TestNoLiveServerFailsFastWithUnavailable(t *testing.T) {
+	e := newEnv(t, envConfig{noServe: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := e.call(ctx, "Echo", "x")
+	if tunnel.CodeOf(err) != tunnel.Unavailable || !strings.Contains(err.Error(), echoService) {
+		t.Fatalf("err = %v, want UNAVAILABLE naming the service", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("call waited for its deadline instead of failing fast")
+	}
+}
+
+func TestDeadlineExceeded(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := e.call(ctx, "Slow", "5s")
+	if tunnel.CodeOf(err) != tunnel.DeadlineExceeded {
+		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
+	}
+	// the handler saw the same deadline: it stops long before 5 s
+	waitFor(t, "handler to observe the deadline", func() bool {
+		return strings.Contains(e.logs.String(), "caller's response stream") || e.count("Slow") == 1
+	})
+}
+
+func TestWithTimeoutCallOption(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	_, err := e.call(context.Background(), "Slow", "5s", tunnel.WithTimeout(100*time.Millisecond))
+	if tunnel.CodeOf(err) != tunnel.DeadlineExceeded {
+		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
+	}
+}
+
+func TestMethodDefaultTimeoutApplies(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	m := *method("Slow")
+	m.Timeout = 100 * time.Millisecond
+	err := e.client.Invoke(context.Background(), &m, wrapperspb.String("5s"), new(wrapperspb.StringValue))
+	if tunnel.CodeOf(err) != tunnel.DeadlineExceeded {
+		t.Fatalf("err = %v, want DEADLINE_EXCEEDED from the method's default timeout", err)
+	}
+}
+
+func TestCancellation(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+	}()
+	_, err := e.call(ctx, "Slow", "5s")
+	if tunnel.CodeOf(err) != tunnel.Canceled {
+		t.Fatalf("err = %v, want CANCELED", err)
+	}
+}
+
+func TestMetadataBothWays(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	var header, trailer tunnel.Metadata
+	got, err := e.call(context.Background(), "Meta", "",
+		tunnel.WithHeader("Tenant", "acme"), tunnel.WithHeader("tenant", "beta"),
+		tunnel.WithResponseHeader(&header), tunnel.WithTrailer(&trailer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "acme,beta" {
+		t.Errorf("server saw tenant %q, want acme,beta", got)
+	}
+	if header.Get("x-served-by") != "test" {
+		t.Errorf("response header = %v", header)
+	}
+	if _, err := tunnel.ParseRequestID(trailer.Get("x-request-id")); err != nil {
+		t.Errorf("trailer request id: %v", err)
+	}
+}
+
+func TestInterceptorsChainInOrder(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) {
+		mu.Lock()
+		order = append(order, s)
+		mu.Unlock()
+	}
+	clientI := func(name string) tunnel.UnaryClientInterceptor {
+		return func(ctx context.Context, m *tunnel.MethodDesc, req, reply proto.Message, invoker tunnel.UnaryInvoker, opts ...tunnel.CallOption) error {
+			note("client " + name)
+			return invoker(ctx, m, req, reply, append(opts, tunnel.WithHeader("via", name))...)
+		}
+	}
+	serverI := func(name string) tunnel.UnaryServerInterceptor {
+		return func(ctx context.Context, req proto.Message, info *tunnel.UnaryServerInfo, h tunnel.UnaryHandler) (proto.Message, error) {
+			if info.FullMethod == echoService+"/Meta" {
+				note("server " + name + " " + strings.Join(tunnel.HeaderFromContext(ctx).Values("via"), ","))
+			}
+			return h(ctx, req)
+		}
+	}
+	e := newEnv(t, envConfig{
+		client: tunnel.ClientOptions{Interceptors: []tunnel.UnaryClientInterceptor{clientI("a"), clientI("b")}},
+		server: tunnel.ServerOptions{Interceptors: []tunnel.UnaryServerInterceptor{serverI("x"), serverI("y")}},
+	})
+	mu.Lock()
+	order = nil // drop the liveness probe's calls
+	mu.Unlock()
+	if _, err := e.call(context.Background(), "Meta", ""); err != nil {
+		t.Fatal(err)
+	}
+	want := "client a|client b|server x a,b|server y a,b"
+	if got := strings.Join(order, "|"); got != want {
+		t.Fatalf("order = %q, want %q", got, want)
+	}
+}
+
+func TestGracefulShutdownAnswersInFlightCalls(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	done := make(chan error, 1)
+	go func() {
+		got, err := e.call(context.Background(), "Slow", "500ms")
+		if err == nil && got != "slept 500ms" {
+			err = errors.New("wrong reply " + got)
+		}
+		done <- err
+	}()
+	waitFor(t, "the handler to start", func() bool { return e.count("Slow") == 1 })
+	e.stop()
+	if err := <-done; err != nil {
+		t.Fatalf("in-flight call during shutdown: %v", err)
+	}
+	select {
+	case err := <-e.served:
+		e.served <- err // for the cleanup check
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after shutdown")
+	}
+	// a stopped server removes its heartbeat: new calls fail fast
+	waitFor(t, "clients to see no live server", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := e.call(ctx, "Echo", "x")
+		return tunnel.CodeOf(err) == tunnel.Unavailable
+	})
+}
+
+func TestRequestSizeLimits(t *testing.T) {
+	e := newEnv(t, envConfig{
+		client: tunnel.ClientOptions{MaxRequestBytes: 1000},
+		server: tunnel.ServerOptions{MaxRequestBytes: 500, MaxResponseBytes: 2000},
+	})
+	_, err := e.call(context.Background(), "Echo", strings.Repeat("x", 2000))
+	if tunnel.CodeOf(err) != tunnel.ResourceExhausted || !strings.Contains(err.Error(), "MaxRequestBytes") {
+		t.Fatalf("client-side limit: %v", err)
+	}
+	_, err = e.call(context.Background(), "Echo", strings.Repeat("x", 800))
+	if tunnel.CodeOf(err) != tunnel.ResourceExhausted || !strings.Contains(err.Error(), "server's 500-byte limit") {
+		t.Fatalf("server-side request limit: %v", err)
+	}
+	_, err = e.call(context.Background(), "Big", "5000")
+	if tunnel.CodeOf(err) != tunnel.ResourceExhausted || !strings.Contains(err.Error(), "MaxResponseBytes") {
+		t.Fatalf("server-side response limit: %v", err)
+	}
+	if got, err := e.call(context.Background(), "Big", "100"); err != nil || len(got) != 100 {
+		t.Fatalf("small response: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestClientResponseSizeLimit(t *testing.T) {
+	e := newEnv(t, envConfig{client: tunnel.ClientOptions{MaxResponseBytes: 1000}})
+	_, err := e.call(context.Background(), "Big", "5000")
+	if tunnel.CodeOf(err) != tunnel.ResourceExhausted || !strings.Contains(err.Error(), "ClientOptions.MaxResponseBytes") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDefaultSizeLimitIsFourMiB(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	_, err := e.call(context.Background(), "Echo", strings.Repeat("x", 4<<20+1))
+	if tunnel.CodeOf(err) != tunnel.ResourceExhausted {
+		t.Fatalf("err = %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
+
+func TestClosedClientRefusesCalls(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	inFlight := make(chan error, 1)
+	go func() {
+		_, err := e.call(context.Background(), "Slow", "3s")
+		inFlight <- err
+	}()
+	waitFor(t, "the handler to start", func() bool { return e.count("Slow") == 1 })
+	if err := e.client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-inFlight; tunnel.CodeOf(err) != tunnel.Canceled {
+		t.Fatalf("in-flight call: %v, want CANCELED", err)
+	}
+	if _, err := e.call(context.Background(), "Echo", "x"); tunnel.CodeOf(err) != tunnel.Canceled {
+		t.Fatalf("after close: %v, want CANCELED", err)
+	}
+}
