@@ -218,9 +218,27 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 			}
 			return c.finish(full, res.resp, reply, &cfg)
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				c.announceCancel(method.Service, rid)
+			}
 			return c.waitError(ctx, full, rid, ctx.Err())
 		}
 	}
+}
+
+// announceCancel tells the servers of service that the caller of rid gave
+// up, so a handler running it sees its context cancelled. Best effort: it
+// rides the next pipeline, and a request not yet started is unaffected (its
+// deadline still bounds it). Deadlines need no announcement: servers know
+// them from the envelope.
+func (c *Client) announceCancel(service, rid string) {
+	channel := c.keys.cancels(service)
+	c.writer.trySubmit(&pipelineOp{
+		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+			return p.Publish(ctx, channel, rid)
+		},
+		done: func(redis.Cmder) {},
+	})
 }
 
 // deadline picks a call's deadline: the context's, else now plus the call

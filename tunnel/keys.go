@@ -40,5 +40,9 @@ func (k keyspace) isResponses(service, key string) bool {
 // deadLetters is the service's dead-letter stream.
 func (k keyspace) deadLetters(service string) string { return k.tag(service) + ":dlq" }
 
+// cancels is the Pub/Sub channel on which clients announce the ids of
+// calls their callers cancelled, so servers can stop those handlers.
+func (k keyspace) cancels(service string) string { return k.tag(service) + ":cancel" }
+
 // workers is the hash of worker heartbeats: worker id -> JSON info.
 func (k keyspace) workers(service string) string { return k.tag(service) + ":workers" }

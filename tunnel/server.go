@@ -175,7 +175,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		server:      s,
 		slots:       make(chan struct{}, s.opts.Concurrency),
 		completions: newBatcher(s.rdb, 4, 256, s.opts.Concurrency),
+		running:     map[string]context.CancelCauseFunc{},
 	}
+	cancels := make(chan struct{})
+	go func() {
+		defer close(cancels)
+		run.watchCancellations(ctx, services)
+	}()
 	var readers sync.WaitGroup
 	for _, svc := range services {
 		readers.Add(1)
@@ -197,6 +203,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	run.handlers.Wait()
 	run.completions.close()
 	<-beats
+	<-cancels
 	s.removeHeartbeats(services)
 	s.log.Info("rpr: stopped")
 	return nil
@@ -294,6 +301,55 @@ type serveRun struct {
 	slots       chan struct{} // one token per running handler
 	handlers    sync.WaitGroup
 	completions *batcher
+
+	mu      sync.Mutex
+	running map[string]context.CancelCauseFunc // request id -> its handler's cancel
+}
+
+// errCallerCancelled is the cause of a handler context cancelled because
+// its caller cancelled the call.
+var errCallerCancelled = errors.New("rpr: the caller cancelled the call")
+
+// watchCancellations cancels running handlers whose callers announce that
+// they gave up (see Client.announceCancel), until ctx ends.
+func (r *serveRun) watchCancellations(ctx context.Context, services []*serverService) {
+	channels := make([]string, len(services))
+	for i, svc := range services {
+		channels[i] = r.server.keys.cancels(svc.name)
+	}
+	sub := r.server.rdb.Subscribe(ctx, channels...)
+	defer sub.Close()
+	msgs := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-msgs:
+			if !ok {
+				return
+			}
+			r.mu.Lock()
+			cancel := r.running[msg.Payload]
+			r.mu.Unlock()
+			if cancel != nil {
+				r.server.log.Info("rpr: caller cancelled; cancelling its handler", "request_id", msg.Payload)
+				cancel(errCallerCancelled)
+			}
+		}
+	}
+}
+
+// track registers a running handler's cancel function under its request
+// id; the returned func unregisters it.
+func (r *serveRun) track(id string, cancel context.CancelCauseFunc) func() {
+	r.mu.Lock()
+	r.running[id] = cancel
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.running, id)
+		r.mu.Unlock()
+	}
 }
 
 // readRequests takes requests of svc in batches, never more than there are
@@ -433,6 +489,9 @@ func (r *serveRun) call(svc *serverService, env *requestEnvelope, deadline time.
 	ctx = context.WithValue(ctx, requestIDKey{}, env.ID)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	defer r.track(env.ID, cancelCause)()
 
 	reply, err := r.runHandler(ctx, svc, method, env, log)
 	resp := &responseEnvelope{Version: envelopeVersion, ID: env.ID, Header: md.header, Trailer: md.trailer}

@@ -142,6 +142,10 @@ func TestCancellation(t *testing.T) {
 	if tunnel.CodeOf(err) != tunnel.Canceled {
 		t.Fatalf("err = %v, want CANCELED", err)
 	}
+	// the server hears of it and cancels the running handler
+	waitFor(t, "the server to cancel the handler", func() bool {
+		return strings.Contains(e.logs.String(), "caller cancelled; cancelling its handler")
+	})
 }
 
 func TestMetadataBothWays(t *testing.T) {

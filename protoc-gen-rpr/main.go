@@ -1,0 +1,50 @@
+// Command protoc-gen-rpr is the protoc plugin that generates rpr clients and
+// servers from .proto services, next to the messages protoc-gen-go generates.
+//
+// For each .proto file with services it writes <file>_rpr.pb.go, in the same
+// Go package as <file>.pb.go. For a service Greeter that file declares
+//
+//   - Greeter_<Method>_FullMethodName constants ("pkg.Greeter/Method"),
+//   - GreeterClient and NewGreeterClient(*tunnel.Client),
+//   - GreeterServer, UnimplementedGreeterServer (to embed by value),
+//     UnsafeGreeterServer and RegisterGreeterServer,
+//   - Greeter_ServiceDesc, the tunnel.ServiceDesc with each method's
+//     timeout, idempotency and business code from the .proto options.
+//
+// Only unary methods are supported. Streaming methods, methods marked
+// (rpr.v1.method).async and malformed rpr options make the plugin fail with
+// a message that names the method or service and says what to change.
+//
+// Run it through buf (see buf.gen.yaml at the repository root):
+//
+//	plugins:
+//	  - local: [go, run, ./protoc-gen-rpr]
+//	    out: gen
+//	    opt: paths=source_relative
+//
+// or through protoc with --rpr_out=. --rpr_opt=paths=source_relative. The
+// only options are protogen's own: paths=import|source_relative and
+// M<file>=<go import path>.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"google.golang.org/protobuf/compiler/protogen"
+)
+
+// version is the plugin's version, written into the header of every file it
+// generates.
+const version = "v0.1.0"
+
+func main() {
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *showVersion {
+		fmt.Fprintf(os.Stdout, "protoc-gen-rpr %s\n", version)
+		return
+	}
+	protogen.Options{}.Run(generate)
+}
