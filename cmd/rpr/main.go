@@ -1,0 +1,40 @@
+// Command rpr is the operator's tool for rpr tunnels. `rpr demo` shows a
+// call crossing Redis in one process; later commands inspect and operate
+// live services.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rpr:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "rpr",
+		Short: "RPC across isolated networks through Redis",
+		Long: `rpr carries gRPC-style calls between two networks that cannot reach each
+other but can both reach one Redis. Services are defined in .proto files;
+buf generate produces a client and a server; calls travel over Redis Streams.
+
+Start with "rpr demo".`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newDemoCommand())
+	return root
+}

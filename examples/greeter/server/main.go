@@ -1,0 +1,52 @@
+// Command server runs the example Greeter service. Start it on a host that
+// can reach Redis; callers on any other network that reaches the same Redis
+// can then call it.
+//
+//	go run ./examples/greeter/server --redis redis://10.0.0.5:6379/0
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
+	"github.com/rprtunnel/rpr/examples/greeter/greeter"
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+func main() {
+	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
+	concurrency := flag.Int("concurrency", 64, "handlers running at once")
+	flag.Parse()
+	if err := run(*redisURL, *concurrency); err != nil {
+		fmt.Fprintln(os.Stderr, "greeter-server:", err)
+		os.Exit(1)
+	}
+}
+
+func run(redisURL string, concurrency int) error {
+	// SIGINT/SIGTERM end Serve, which answers the calls in flight first.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rdb, err := tunnel.Open(ctx, redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{
+		Concurrency: concurrency,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	})
+	if err != nil {
+		return err
+	}
+	greeterv1.RegisterGreeterServer(srv, greeter.Server{})
+	return srv.Serve(ctx)
+}
