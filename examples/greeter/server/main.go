@@ -14,8 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
+	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
