@@ -1,0 +1,67 @@
+package tunnel
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRequestIDRoundTrip(t *testing.T) {
+	now := time.UnixMilli(1795995318695)
+	id := newRequestID("ORD1", now)
+	if len(id) != requestIDSize {
+		t.Fatalf("len(%q) = %d, want %d", id, len(id), requestIDSize)
+	}
+	got, err := ParseRequestID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Biz != "ORD1" || !got.Time.Equal(now) || got.String() != id {
+		t.Fatalf("parsed %+v from %q", got, id)
+	}
+}
+
+func TestRequestIDsAreUniqueAndSortByTime(t *testing.T) {
+	seen := map[string]bool{}
+	prev := ""
+	for i := range 10000 {
+		id := newRequestID("TEST", time.UnixMilli(1795995318695+int64(i/100)))
+		if seen[id] {
+			t.Fatalf("duplicate id %q", id)
+		}
+		seen[id] = true
+		if id[:27] < prev {
+			t.Fatalf("%q sorts before %q", id, prev)
+		}
+		prev = id[:27]
+	}
+}
+
+func TestParseRequestIDRejectsBadIDs(t *testing.T) {
+	for _, tc := range []struct{ id, want string }{
+		{"nonsense", "want DATE-BIZ4-UNIXMS-RANDOM"},
+		{"20261129-ord1-1795995318695-X857YZJDH0", "only A-Z and 0-9"},
+		{"20261129-ORD-1795995318695-X857YZJDH0", "exactly 4"},
+		{"20261128-ORD1-1795995318695-X857YZJDH0", "does not match its time"},
+		{"20261129-ORD1-179599531869x-X857YZJDH0", "13 digits"},
+		{"20261129-ORD1-1795995318695-X857YZ", "random part"},
+		{"20261129-ORD1-1795995318695-X857YZJDHI", "random part"},
+	} {
+		_, err := ParseRequestID(tc.id)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseRequestID(%q) = %v, want an error mentioning %q", tc.id, err, tc.want)
+		}
+	}
+}
+
+func TestBizCodeForService(t *testing.T) {
+	for in, want := range map[string]string{
+		"examples.greeter.v1.Greeter": "GREE",
+		"a.b.Io":                      "IOXX",
+		"x.y.v2_S9":                   "V2S9",
+	} {
+		if got := bizCodeForService(in); got != want {
+			t.Errorf("bizCodeForService(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
