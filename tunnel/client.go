@@ -168,7 +168,11 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	if err != nil {
 		return err
 	}
-	if svc.liveWorkers.Load() == 0 {
+	live, err := c.anyLiveWorker(ctx, svc)
+	if err != nil {
+		return Errorf(Unavailable, "%s: cannot reach Redis to look for servers of %s: %v", full, method.Service, err)
+	}
+	if !live {
 		return Errorf(Unavailable, "%s: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, method.Service, liveWindow, c.opts.Prefix)
 	}
 
@@ -241,24 +245,43 @@ func (c *Client) announceCancel(service, rid string) {
 	})
 }
 
-// deadline picks a call's deadline: the context's, else now plus the call
-// option's timeout, the method's default or the client's default. A call
-// option never extends the context's deadline.
+// deadline picks a call's deadline. The timeout is the call option's, else
+// the method's default, else the client's default; a deadline already on
+// the context wins when it is earlier, and replaces the defaults (but not
+// an explicit WithTimeout) when it is later.
 func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout time.Duration) time.Time {
-	timeout := callTimeout
-	if timeout <= 0 {
-		timeout = method.Timeout
-	}
 	ctxDeadline, hasDeadline := ctx.Deadline()
-	if hasDeadline && (callTimeout <= 0 || ctxDeadline.Before(time.Now().Add(callTimeout))) {
+	if callTimeout > 0 {
+		d := time.Now().Add(callTimeout)
+		if hasDeadline && ctxDeadline.Before(d) {
+			return ctxDeadline
+		}
+		return d
+	}
+	if hasDeadline {
 		return ctxDeadline
 	}
+	timeout := method.Timeout
 	if timeout <= 0 {
 		timeout = c.opts.DefaultTimeout
 	}
 	return time.Now().Add(timeout)
 }
 
+// anyLiveWorker reports whether svc has a live worker. It trusts the
+// cached count when that is positive; when it is zero it looks again
+// before failing the call, so a server that just started is found at once.
+func (c *Client) anyLiveWorker(ctx context.Context, svc *clientService) (bool, error) {
+	if svc.liveWorkers.Load() > 0 {
+		return true, nil
+	}
+	if err := c.refresh(ctx, svc); err != nil {
+		return false, err
+	}
+	return svc.liveWorkers.Load() > 0, nil
+}
+
+// bizCode picks the business code for a call's request id.
 func (c *Client) bizCode(method *MethodDesc) string {
 	switch {
 	case method.BizCode != "":

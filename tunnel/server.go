@@ -56,6 +56,7 @@ type Server struct {
 	log         *slog.Logger
 	interceptor UnaryServerInterceptor
 	clock       redisClock
+	created     time.Time
 
 	mu       sync.Mutex
 	services map[string]*serverService
@@ -105,6 +106,7 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 		keys:        keyspace{prefix: opts.Prefix},
 		log:         opts.Logger.With("rpr_worker", opts.WorkerID),
 		interceptor: chainServerInterceptors(opts.Interceptors),
+		created:     time.Now(),
 		services:    map[string]*serverService{},
 	}, nil
 }
@@ -260,11 +262,9 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService) error
 	return nil
 }
 
-var processStart = time.Now()
-
 func (s *Server) workerInfo() workerInfo {
 	host, _ := os.Hostname()
-	return workerInfo{Host: host, PID: os.Getpid(), Started: processStart.UnixMilli()}
+	return workerInfo{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli()}
 }
 
 func (s *Server) heartbeatLoop(ctx context.Context, services []*serverService) {
