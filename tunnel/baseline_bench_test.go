@@ -1,0 +1,97 @@
+package tunnel_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/rpc"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rprtunnel/rpr/internal/redistest"
+)
+
+// Baselines for BenchmarkUnaryEcho, run on the same machine in the same
+// `go test -bench` invocation so that figures can be reported as ratios:
+//
+//   - BenchmarkBaselineDirectTCP: net/rpc echo over a direct loopback TCP
+//     connection (what a tunnel through Redis is compared with);
+//   - BenchmarkBaselineRedisPing: one Redis round trip per call, the floor
+//     for anything that goes through Redis.
+func BenchmarkBaselineDirectTCP(b *testing.B) {
+	srv := rpc.NewServer()
+	if err := srv.Register(new(EchoRPC)); err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go srv.Accept(ln)
+	client, err := rpc.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	runConcurrent(b, func() error {
+		var out string
+		return client.Call("EchoRPC.Echo", "hello", &out)
+	})
+}
+
+func BenchmarkBaselineRedisPing(b *testing.B) {
+	rdb := redistest.Start(b).Client(b)
+	runConcurrent(b, func() error { return rdb.Ping(context.Background()).Err() })
+}
+
+// EchoRPC is the net/rpc echo service of BenchmarkBaselineDirectTCP.
+type EchoRPC struct{}
+
+// Echo returns its input.
+func (EchoRPC) Echo(in string, out *string) error {
+	*out = in
+	return nil
+}
+
+// runConcurrent runs call b.N times at concurrency 1, 16 and 128 and reports
+// calls/s and p50/p99 like BenchmarkUnaryEcho.
+func runConcurrent(b *testing.B, call func() error) {
+	for _, concurrency := range []int{1, 16, 128} {
+		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
+			latencies := make([]time.Duration, b.N)
+			next := make(chan int, b.N)
+			for i := range b.N {
+				next <- i
+			}
+			close(next)
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for range concurrency {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range next {
+						t0 := time.Now()
+						if err := call(); err != nil {
+							b.Error(err)
+							return
+						}
+						latencies[i] = time.Since(t0)
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			slices.Sort(latencies)
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
+			b.ReportMetric(ms(latencies[b.N/2]), "p50-ms")
+			b.ReportMetric(ms(latencies[b.N*99/100]), "p99-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
