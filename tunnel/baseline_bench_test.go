@@ -39,12 +39,12 @@ func BenchmarkBaselineDirectTCP(b *testing.B) {
 	runConcurrent(b, func() error {
 		var out string
 		return client.Call("EchoRPC.Echo", "hello", &out)
-	})
+	}, nil)
 }
 
 func BenchmarkBaselineRedisPing(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
-	runConcurrent(b, func() error { return rdb.Ping(context.Background()).Err() })
+	runConcurrent(b, func() error { return rdb.Ping(context.Background()).Err() }, nil)
 }
 
 // EchoRPC is the net/rpc echo service of BenchmarkBaselineDirectTCP.
@@ -57,8 +57,10 @@ func (EchoRPC) Echo(in string, out *string) error {
 }
 
 // runConcurrent runs call b.N times at concurrency 1, 16 and 128 and reports
-// calls/s and p50/p99 like BenchmarkUnaryEcho.
-func runConcurrent(b *testing.B, call func() error) {
+// calls/s and p50/p99 latency. When commands is set, it also reports Redis
+// commands per call: commands returns a running total of commands Redis
+// executed (and costs one command itself).
+func runConcurrent(b *testing.B, call func() error, commands func() int64) {
 	for _, concurrency := range []int{1, 16, 128} {
 		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
 			latencies := make([]time.Duration, b.N)
@@ -67,6 +69,10 @@ func runConcurrent(b *testing.B, call func() error) {
 				next <- i
 			}
 			close(next)
+			var before int64
+			if commands != nil {
+				before = commands()
+			}
 			b.ResetTimer()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -87,6 +93,9 @@ func runConcurrent(b *testing.B, call func() error) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
+			if commands != nil {
+				b.ReportMetric(float64(commands()-before-1)/float64(b.N), "redis-cmds/call")
+			}
 			slices.Sort(latencies)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
 			b.ReportMetric(ms(latencies[b.N/2]), "p50-ms")

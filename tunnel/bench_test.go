@@ -2,12 +2,9 @@ package tunnel_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,46 +52,10 @@ func BenchmarkUnaryEcho(b *testing.B) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	for _, concurrency := range []int{1, 16, 128} {
-		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
-			latencies := make([]time.Duration, b.N)
-			next := make(chan int, b.N)
-			for i := range b.N {
-				next <- i
-			}
-			close(next)
-			before := commandCalls(b, rdb)
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			for range concurrency {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					in := wrapperspb.String("hello")
-					out := new(wrapperspb.StringValue)
-					for i := range next {
-						t0 := time.Now()
-						if err := client.Invoke(ctx, echo, in, out); err != nil {
-							b.Error(err)
-							return
-						}
-						latencies[i] = time.Since(t0)
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			commands := commandCalls(b, rdb) - before - 1 // minus this INFO
-			slices.Sort(latencies)
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
-			b.ReportMetric(ms(latencies[b.N/2]), "p50-ms")
-			b.ReportMetric(ms(latencies[b.N*99/100]), "p99-ms")
-			b.ReportMetric(float64(commands)/float64(b.N), "redis-cmds/call")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+	in := wrapperspb.String("hello")
+	runConcurrent(b, func() error {
+		return client.Invoke(ctx, echo, in, new(wrapperspb.StringValue))
+	}, func() int64 { return commandCalls(b, rdb) })
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
