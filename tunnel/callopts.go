@@ -14,6 +14,8 @@ type callConfig struct {
 	responseHeader *Metadata
 	trailer        *Metadata
 	timeout        time.Duration
+	requestID      *string
+	retry          *RetryPolicy
 }
 
 type callOptionFunc func(*callConfig)
@@ -48,4 +50,23 @@ func WithTrailer(md *Metadata) CallOption {
 // earlier.
 func WithTimeout(d time.Duration) CallOption {
 	return callOptionFunc(func(c *callConfig) { c.timeout = d })
+}
+
+// CaptureRequestID stores the call's request id in *id as soon as the call
+// starts, so it can be logged or traced whatever the outcome.
+func CaptureRequestID(id *string) CallOption {
+	return callOptionFunc(func(c *callConfig) { c.requestID = id })
+}
+
+// WithRetry retries the call under policy (overriding the method's default
+// from its (rpr.v1.method).retry option). Retries happen only when they
+// cannot run the request twice: see RetryPolicy.
+func WithRetry(policy RetryPolicy) CallOption {
+	return callOptionFunc(func(c *callConfig) { c.retry = &policy })
+}
+
+// WithoutRetry turns off retries for this call, including the method's
+// default.
+func WithoutRetry() CallOption {
+	return callOptionFunc(func(c *callConfig) { c.retry = nil })
 }

@@ -147,102 +147,161 @@ type callResult struct {
 }
 
 func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) error {
-	var cfg callConfig
+	cfg := callConfig{retry: method.Retry}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	full := method.FullMethod()
+	rid := newRequestID(c.bizCode(method), time.Now())
+	if cfg.requestID != nil {
+		*cfg.requestID = rid
+	}
 
 	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))
 	defer cancel()
 
 	payload, err := proto.Marshal(req)
 	if err != nil {
-		return Errorf(Internal, "%s: marshal request %T: %v", full, req, err)
+		return notExecutedf(Internal, "%s [%s]: marshal request %T: %v", full, rid, req, err)
 	}
 	if len(payload) > c.opts.MaxRequestBytes {
-		return Errorf(ResourceExhausted, "%s: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", full, len(payload), c.opts.MaxRequestBytes)
+		return notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", full, rid, len(payload), c.opts.MaxRequestBytes)
 	}
+	call := &outgoingCall{method: method, full: full, id: rid, payload: payload, cfg: &cfg}
+	policy := cfg.retry.withDefaults()
+	for attempt := 1; ; attempt++ {
+		err := c.attempt(ctx, call, attempt, reply)
+		if err == nil || cfg.retry == nil || !policy.allows(err, method, attempt) {
+			return err
+		}
+		pause := policy.backoff(attempt)
+		if deadline, _ := ctx.Deadline(); time.Until(deadline) <= pause {
+			return err // no time left for another attempt
+		}
+		c.log.Debug("rpr: retrying", "request_id", rid, "method", full, "attempt", attempt+1, "after", pause, "error", err)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
 
-	svc, err := c.service(ctx, method.Service)
+// outgoingCall is what every attempt of one call shares: the same request
+// id, so that servers deduplicate attempts.
+type outgoingCall struct {
+	method  *MethodDesc
+	full    string
+	id      string
+	payload []byte
+	cfg     *callConfig
+}
+
+// attempt sends the call once and waits for its outcome.
+func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, reply proto.Message) error {
+	full, rid := call.full, call.id
+	svc, err := c.service(ctx, call.method.Service)
 	if err != nil {
 		return err
 	}
 	live, err := c.anyLiveWorker(ctx, svc)
 	if err != nil {
-		return Errorf(Unavailable, "%s: cannot reach Redis to look for servers of %s: %v", full, method.Service, err)
+		return notExecutedf(Unavailable, "%s [%s]: cannot reach Redis to look for servers of %s: %v", full, rid, call.method.Service, err)
 	}
 	if !live {
-		return Errorf(Unavailable, "%s: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, method.Service, liveWindow, c.opts.Prefix)
+		return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, call.method.Service, liveWindow, c.opts.Prefix)
 	}
 
-	rid := newRequestID(c.bizCode(method), time.Now())
 	deadline, _ := ctx.Deadline()
-	env := &requestEnvelope{
+	raw, err := marshalEnvelope(&requestEnvelope{
 		Version:  envelopeVersion,
 		ID:       rid,
 		Method:   full,
 		Deadline: c.clock.toRedis(deadline),
-		Header:   cfg.header,
+		Header:   call.cfg.header,
 		ReplyTo:  svc.stream,
 		Enqueued: c.clock.toRedis(time.Now()),
-		Attempt:  1,
+		Attempt:  attempt,
 		Kind:     kindUnary,
-		Payload:  payload,
-	}
-	raw, err := marshalEnvelope(env)
+		Payload:  call.payload,
+	})
 	if err != nil {
-		return Errorf(Internal, "%s [%s]: %v", full, rid, err)
+		return notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
 	}
 
 	wait := svc.expect(rid)
 	defer svc.forget(rid)
 	sent := make(chan error, 1)
-	requests := c.keys.requests(method.Service)
+	requests := c.keys.requests(call.method.Service)
 	err = c.writer.submit(ctx, &pipelineOp{
 		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 			return p.XAdd(ctx, &redis.XAddArgs{Stream: requests, Values: []any{envelopeField, raw}})
 		},
 		done: func(cmd redis.Cmder) { sent <- cmd.Err() },
 	})
-	if err != nil {
-		return c.waitError(ctx, full, rid, err)
+	if errors.Is(err, errBatcherClosed) {
+		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
+	}
+	if err != nil { // the context ended while waiting to send: nothing was sent
+		return c.gaveUp(ctx, svc, call, false)
 	}
 
 	for {
 		select {
 		case err := <-sent:
 			if err != nil {
-				return Errorf(Unavailable, "%s [%s]: send request to redis: %v", full, rid, err)
+				// Whether the request reached Redis is unknown, but a retry
+				// with the same id cannot run it twice.
+				return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: send request to redis: %v", full, rid, err), local: true}
 			}
 			sent = nil // sent; keep waiting for the response
 		case res := <-wait:
 			if res.err != nil {
 				return res.err
 			}
-			return c.finish(full, res.resp, reply, &cfg)
+			return c.finish(full, res.resp, reply, call.cfg)
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
-				c.announceCancel(method.Service, rid)
-			}
-			return c.waitError(ctx, full, rid, ctx.Err())
+			return c.gaveUp(ctx, svc, call, sent == nil)
 		}
 	}
 }
 
-// announceCancel tells the servers of service that the caller of rid gave
-// up, so a handler running it sees its context cancelled. Best effort: it
-// rides the next pipeline, and a request not yet started is unaffected (its
-// deadline still bounds it). Deadlines need no announcement: servers know
-// them from the envelope.
-func (c *Client) announceCancel(service, rid string) {
-	channel := c.keys.cancels(service)
-	c.writer.trySubmit(&pipelineOp{
-		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-			return p.Publish(ctx, channel, rid)
-		},
-		done: func(redis.Cmder) {},
-	})
+// arbiterBudget bounds the one round trip a call makes after its deadline
+// or cancellation to settle whether the request ran, so that a stalled
+// Redis delays the caller by at most this much.
+const arbiterBudget = 500 * time.Millisecond
+
+// gaveUp ends a call whose context ended: it marks the request TIMEOUT or
+// CANCELLED unless a worker got to it first, which is what tells the caller
+// whether it provably did not run (NotExecuted). A request that never left
+// this process needs no mark.
+func (c *Client) gaveUp(ctx context.Context, svc *clientService, call *outgoingCall, maybeSent bool) error {
+	code, mark, what := DeadlineExceeded, "TIMEOUT", "deadline exceeded"
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code, mark, what = Canceled, "CANCELLED", "call cancelled by the caller"
+	}
+	prefix := fmt.Sprintf("%s [%s]: %s", call.full, call.id, what)
+	if !maybeSent {
+		return notExecutedf(code, "%s before the request was sent; it was not executed", prefix)
+	}
+	actx, cancel := context.WithTimeout(context.Background(), arbiterBudget)
+	defer cancel()
+	res, err := arbiterScript.Run(actx, c.rdb,
+		[]string{c.keys.state(call.method.Service, call.id)},
+		mark, stateMargin.Milliseconds(), c.keys.cancels(call.method.Service), call.id).Slice()
+	if err != nil || len(res) != 2 {
+		return Errorf(code, "%s; whether it was executed is unknown (could not reach Redis to settle it: %v)", prefix, err)
+	}
+	won, _ := res[0].(int64)
+	state, _ := res[1].(string)
+	switch {
+	case won == 1 || state == "TIMEOUT" || state == "CANCELLED":
+		return notExecutedf(code, "%s while the request waited in the queue; it was not executed and will not be", prefix)
+	case state == "PROCESSING":
+		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)
+	default: // SUCCESS or FAILED: finished just as the caller gave up
+		return Errorf(code, "%s; the request was executed (state %s) but its answer came too late", prefix, state)
+	}
 }
 
 // deadline picks a call's deadline. The timeout is the call option's, else
@@ -290,19 +349,6 @@ func (c *Client) bizCode(method *MethodDesc) string {
 		return c.opts.App
 	}
 	return bizCodeForService(method.Service)
-}
-
-// waitError turns a context or submit error into the call's status.
-func (c *Client) waitError(ctx context.Context, full, rid string, err error) error {
-	switch {
-	case errors.Is(err, errBatcherClosed):
-		return Errorf(Canceled, "%s [%s]: client closed", full, rid)
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return Errorf(DeadlineExceeded, "%s [%s]: deadline exceeded while waiting for the response", full, rid)
-	case errors.Is(ctx.Err(), context.Canceled):
-		return Errorf(Canceled, "%s [%s]: call cancelled by the caller", full, rid)
-	}
-	return Errorf(Unknown, "%s [%s]: %v", full, rid, err)
 }
 
 // finish turns a response envelope into reply or an error.
@@ -405,7 +451,7 @@ func (c *Client) service(ctx context.Context, name string) (*clientService, erro
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, Errorf(Canceled, "%s: client closed", name)
+		return nil, notExecutedf(Canceled, "%s: client closed", name)
 	}
 	s, ok := c.services[name]
 	if !ok {
@@ -424,7 +470,7 @@ func (c *Client) service(ctx context.Context, name string) (*clientService, erro
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
-		return nil, Errorf(DeadlineExceeded, "%s: deadline exceeded while connecting to the service's streams", name)
+		return nil, notExecutedf(DeadlineExceeded, "%s: deadline exceeded while connecting to the service's streams; nothing was sent", name)
 	}
 	if s.err != nil {
 		return nil, s.err
@@ -442,7 +488,7 @@ func (c *Client) startService(s *clientService) {
 	}
 	cancel()
 	if err != nil {
-		s.err = Errorf(Unavailable, "%s: set up response stream: %v", s.name, err)
+		s.err = notExecutedf(Unavailable, "%s: set up response stream: %v", s.name, err)
 		c.mu.Lock()
 		delete(c.services, s.name)
 		c.mu.Unlock()

@@ -33,6 +33,10 @@ type MethodDesc struct {
 	// Idempotent is true when the method's idempotency_level is IDEMPOTENT
 	// or NO_SIDE_EFFECTS.
 	Idempotent bool
+	// Retry is the method's default retry policy from its
+	// (rpr.v1.method).retry option; nil means no retries unless a call
+	// asks with WithRetry.
+	Retry *RetryPolicy
 	// BizCode is the service's (rpr.v1.service).biz_code, placed in request
 	// ids. Empty means the client's code.
 	BizCode string

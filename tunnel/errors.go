@@ -17,6 +17,27 @@ type Error struct {
 	message string
 	details []*anypb.Any
 	cause   error
+	// notExecuted: the request provably never ran and never will.
+	notExecuted bool
+	// local: made by this client before any server answered.
+	local bool
+}
+
+// notExecutedf returns a client-side error for a request that provably was
+// not and will not be executed.
+func notExecutedf(code Code, format string, args ...any) *Error {
+	return &Error{code: code, message: fmt.Sprintf(format, args...), notExecuted: true, local: true}
+}
+
+// NotExecuted reports whether err says the request provably did not run
+// and never will: it never left the client, or the client marked it
+// TIMEOUT/CANCELLED in Redis before any worker claimed it. Such a call is
+// safe to retry whatever the method does. When NotExecuted is false for a
+// DEADLINE_EXCEEDED, CANCELED or ABORTED error, the request may have run
+// (the message says what is known).
+func NotExecuted(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.notExecuted
 }
 
 // Errorf returns an *Error with the given code and a formatted message. In a

@@ -45,6 +45,11 @@ func echoMethod(name string, timeout time.Duration) tunnel.MethodDesc {
 	}
 }
 
+func idempotent(m tunnel.MethodDesc) tunnel.MethodDesc {
+	m.Idempotent = true
+	return m
+}
+
 var echoDesc = tunnel.ServiceDesc{
 	ServiceName: echoService,
 	Methods: []tunnel.MethodDesc{
@@ -54,6 +59,7 @@ var echoDesc = tunnel.ServiceDesc{
 		echoMethod("Slow", 0),
 		echoMethod("Meta", 0),
 		echoMethod("Big", 0),
+		idempotent(echoMethod("Idem", 0)),
 	},
 }
 
@@ -154,6 +160,11 @@ func (e *env) waitLive() {
 	}
 }
 
+// server2Logger is the logger for an extra server in the same test.
+func (e *env) server2Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("server", 2)
+}
+
 func (e *env) count(name string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -200,6 +211,9 @@ func (e *env) handlers() map[string]echoHandler {
 			_ = tunnel.SetHeader(ctx, tunnel.Metadata{"x-served-by": {"test"}})
 			_ = tunnel.SetTrailer(ctx, tunnel.Metadata{"x-request-id": {tunnel.RequestIDFromContext(ctx)}})
 			return wrapperspb.String(strings.Join(md.Values("tenant"), ",")), nil
+		}),
+		"Idem": record("Idem", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			return wrapperspb.String("idem: " + in.GetValue()), nil
 		}),
 		"Big": record("Big", func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 			var n int

@@ -37,6 +37,11 @@ func (k keyspace) isResponses(service, key string) bool {
 	return ok && rest != "" && !strings.ContainsAny(rest, "{}")
 }
 
+// state is the state-machine hash of one request (see scripts.go).
+func (k keyspace) state(service, requestID string) string {
+	return k.tag(service) + ":st:" + requestID
+}
+
 // deadLetters is the service's dead-letter stream.
 func (k keyspace) deadLetters(service string) string { return k.tag(service) + ":dlq" }
 

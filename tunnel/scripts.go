@@ -7,17 +7,123 @@ import "github.com/redis/go-redis/v9"
 // Scripts are called with EVALSHA; on NOSCRIPT (after a Redis restart or
 // failover) the caller falls back to EVAL, which also reloads the script.
 
-// completeScript answers a request and retires its stream entry in one step,
-// so the entry is acknowledged only once the response is written.
+// The request state machine lives in the hash rpr:v1:{S}:st:<request-id>:
 //
-//	KEYS[1] request stream      KEYS[2] caller's response stream
-//	ARGV[1] consumer group      ARGV[2] request entry id
-//	ARGV[3] response envelope
+//	state    PROCESSING | SUCCESS | FAILED | TIMEOUT | CANCELLED
+//	worker   the worker that runs (or ran) the request
+//	entry    the request stream entry being run
+//	lease    Redis time (ms) until which the worker's claim holds
+//	attempt  the client's attempt number being run
+//	resp     the final response envelope (SUCCESS and FAILED)
+//
+// A worker moves absent -> PROCESSING (beginScript) -> SUCCESS | FAILED
+// (completeScript); a client whose deadline passes or whose caller cancels
+// moves absent -> TIMEOUT | CANCELLED (arbiterScript). Whichever gets to
+// the absent state first wins: that is what makes "not executed" provable.
+// All times are Redis's own (TIME), so host clocks never decide.
+
+// beginScript decides, for a batch of request entries a worker has just
+// received (read or reclaimed), which ones it may run, in one round trip.
+//
+//	KEYS[1]      request stream
+//	KEYS[2k]     state hash of entry k      KEYS[2k+1] its reply stream
+//	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
+//	ARGV[4] state margin ms (kept past the deadline)
+//	ARGV[4k+1..4k+4] entry k: entry id, deadline (ms), idempotent (1|0), attempt
+//
+// Returns one {decision, detail} per entry:
+//
+//	run        claimed PROCESSING for this worker: run the handler
+//	rerun      idempotent, its previous worker's lease expired: run again (detail: that worker)
+//	orphan     not idempotent, its previous worker's lease expired, or the
+//	           deadline passed meanwhile: claimed for this worker, answer ABORTED (detail: that worker)
+//	busy       another worker holds a live lease on it: leave it alone
+//	duplicate  another entry with this request id is running: entry retired
+//	resent     already finished: stored response sent again, entry retired
+//	closed     the client gave up first (TIMEOUT/CANCELLED): entry retired
+//	expired    the deadline passed in the queue: marked TIMEOUT, entry retired
+var beginScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local stream, group, worker = KEYS[1], ARGV[1], ARGV[2]
+local lease, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
+local out = {}
+for k = 1, (#KEYS - 1) / 2 do
+  local st, reply = KEYS[2 * k], KEYS[2 * k + 1]
+  local entry, deadline = ARGV[4 * k + 1], tonumber(ARGV[4 * k + 2])
+  local idempotent, attempt = ARGV[4 * k + 3] == '1', tonumber(ARGV[4 * k + 4])
+  local ttl = math.max(deadline - now, 0) + margin
+  local function retire()
+    redis.call('XACK', stream, group, entry)
+    redis.call('XDEL', stream, entry)
+  end
+  local function claim()
+    redis.call('HSET', st, 'state', 'PROCESSING', 'worker', worker, 'entry', entry,
+      'lease', now + lease, 'attempt', attempt)
+    redis.call('PEXPIRE', st, ttl)
+  end
+  local cur = redis.call('HMGET', st, 'state', 'worker', 'entry', 'lease', 'attempt', 'resp')
+  local state, owner = cur[1], cur[2]
+  if not state then
+    if now >= deadline then
+      redis.call('HSET', st, 'state', 'TIMEOUT')
+      redis.call('PEXPIRE', st, margin)
+      retire()
+      out[k] = {'expired', ''}
+    else
+      claim()
+      out[k] = {'run', ''}
+    end
+  elseif state == 'TIMEOUT' or state == 'CANCELLED' then
+    retire()
+    out[k] = {'closed', state}
+  elseif state == 'SUCCESS' or (state == 'FAILED' and attempt <= tonumber(cur[5] or '0')) then
+    if cur[6] then
+      redis.call('XADD', reply, 'NOMKSTREAM', '*', 'e', cur[6])
+    end
+    retire()
+    out[k] = {'resent', state}
+  elseif state == 'FAILED' then
+    -- a client retry (higher attempt) of a call that failed
+    claim()
+    out[k] = {'run', ''}
+  elseif cur[3] ~= entry then
+    -- PROCESSING from another entry: a client retry of a running call
+    retire()
+    out[k] = {'duplicate', owner}
+  elseif tonumber(cur[4]) > now then
+    out[k] = {'busy', owner}
+  elseif idempotent and now < deadline then
+    claim()
+    out[k] = {'rerun', owner}
+  else
+    redis.call('HSET', st, 'worker', worker, 'lease', now + lease)
+    out[k] = {'orphan', owner}
+  end
+end
+return out
+`)
+
+// completeScript finishes a request: it records the final state and
+// response, writes the response to the caller's stream, and retires the
+// entry, all at once, so the entry is acknowledged only with its answer.
+// It is fenced: a worker that no longer holds the request (its lease was
+// taken over) writes nothing.
+//
+//	KEYS[1] request stream   KEYS[2] caller's response stream   KEYS[3] state hash
+//	ARGV[1] consumer group   ARGV[2] request entry id   ARGV[3] response envelope
+//	ARGV[4] worker id        ARGV[5] SUCCESS | FAILED    ARGV[6] state TTL ms
 //
 // Returns 1 when the response was written, 0 when the response stream no
-// longer exists (the caller is gone; the response is dropped rather than
-// creating a stream nobody reads or expires).
+// longer exists (the caller is gone; nothing is created for it), and -1
+// when this worker lost the request (fenced).
 var completeScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[3], 'state', 'worker')
+if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[4] then
+  return -1
+end
+redis.call('HSET', KEYS[3], 'state', ARGV[5], 'resp', ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
 local written = redis.call('XADD', KEYS[2], 'NOMKSTREAM', '*', 'e', ARGV[3])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
@@ -25,15 +131,63 @@ if written then return 1 end
 return 0
 `)
 
-// discardScript retires a request entry that will not be answered (its
-// deadline passed before a worker took it).
+// extendScript renews the leases of the requests a worker is running and
+// resets their idle time in the pending list, so that no reclaimer takes
+// over a live handler.
 //
-//	KEYS[1] request stream
-//	ARGV[1] consumer group      ARGV[2] request entry id
-var discardScript = redis.NewScript(`
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-return 1
+//	KEYS[1] request stream   KEYS[2..] state hashes
+//	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
+//	ARGV[3+i] entry id of KEYS[1+i]
+//
+// Returns the entry ids this worker no longer holds (lease lost).
+var extendScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lost = {}
+for i = 2, #KEYS do
+  local entry = ARGV[i + 2]
+  local cur = redis.call('HMGET', KEYS[i], 'state', 'worker', 'entry')
+  if cur[1] == 'PROCESSING' and cur[2] == ARGV[2] and cur[3] == entry then
+    redis.call('HSET', KEYS[i], 'lease', now + tonumber(ARGV[3]))
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, entry, 'JUSTID')
+  else
+    lost[#lost + 1] = entry
+  end
+end
+return lost
+`)
+
+// arbiterScript is the client's side of the arbiter: when a call's deadline
+// passes or its caller cancels, it marks the request TIMEOUT or CANCELLED
+// if no worker has started it. If a worker is running it and the caller
+// cancelled, it tells the servers so the handler is cancelled.
+//
+//	KEYS[1] state hash
+//	ARGV[1] TIMEOUT | CANCELLED   ARGV[2] TTL ms
+//	ARGV[3] cancel channel        ARGV[4] request id
+//
+// Returns {1, ARGV[1]} when the mark won (the request will never run), or
+// {0, state} with the state found.
+var arbiterScript = redis.NewScript(`
+if redis.call('HSETNX', KEYS[1], 'state', ARGV[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, ARGV[1]}
+end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'PROCESSING' and ARGV[1] == 'CANCELLED' then
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
+return {0, state}
+`)
+
+// replyScript answers a caller whose request could not even be decoded
+// (so it has no state), without creating a stream for a departed caller.
+//
+//	KEYS[1] caller's response stream
+//	ARGV[1] response envelope
+var replyScript = redis.NewScript(`
+if redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', 'e', ARGV[1]) then return 1 end
+return 0
 `)
 
 // deadLetterScript moves an entry that cannot be processed (malformed
@@ -78,4 +232,4 @@ return t
 `)
 
 // allScripts lists every script, for preloading.
-var allScripts = []*redis.Script{completeScript, discardScript, deadLetterScript, heartbeatScript}
+var allScripts = []*redis.Script{beginScript, completeScript, extendScript, arbiterScript, replyScript, deadLetterScript, heartbeatScript}

@@ -1,0 +1,431 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+)
+
+// stateMargin is how long a request's state outlives its deadline: long
+// enough for a client retry or a late duplicate (clock offsets included) to
+// find the stored answer, short enough that state never piles up.
+const stateMargin = 10 * time.Second
+
+// Final states written by completeScript.
+const (
+	stateSuccess = "SUCCESS"
+	stateFailed  = "FAILED"
+)
+
+// serveRun is the state of one Serve call.
+type serveRun struct {
+	server      *Server
+	slots       chan struct{} // one token per entry being handled
+	handlers    sync.WaitGroup
+	completions *batcher
+	running     runningSet
+}
+
+// received is a decoded request entry a worker holds.
+type received struct {
+	entryID string
+	env     *requestEnvelope
+	method  *MethodDesc // nil when the service has no such method
+}
+
+// readRequests takes new requests of svc in batches, never more than there
+// are free handler slots, and processes them.
+func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
+	s := r.server
+	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	// Reads are not cancelled mid-flight: entries Redis hands out must be
+	// handled, so each read ends by its short block time instead.
+	readCtx := context.WithoutCancel(ctx)
+	for {
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		slots := 1 + r.takeSlots(s.opts.BatchSize-1)
+		streams, err := s.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
+			Group:    workersGroup,
+			Consumer: s.opts.WorkerID,
+			Streams:  []string{svc.requests, ">"},
+			Count:    int64(slots),
+			Block:    time.Second,
+		}).Result()
+		var msgs []redis.XMessage
+		for _, st := range streams {
+			msgs = append(msgs, st.Messages...)
+		}
+		r.releaseSlots(slots - len(msgs))
+		switch {
+		case err == nil:
+			backoff.reset()
+		case errors.Is(err, redis.Nil):
+		default:
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("rpr: read request stream", "stream", svc.requests, "error", err)
+			if isMissingStream(err) {
+				r.recreateGroup(ctx, svc)
+			}
+			backoff.wait(ctx)
+		}
+		r.process(readCtx, svc, msgs)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// recreateGroup restores the workers group after Redis lost it (restarted
+// without persistence, or the stream was deleted).
+func (r *serveRun) recreateGroup(ctx context.Context, svc *serverService) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := r.server.rdb.XGroupCreateMkStream(ctx, svc.requests, workersGroup, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		r.server.log.Warn("rpr: recreate consumer group", "stream", svc.requests, "error", err)
+	}
+}
+
+// takeSlots takes up to n free handler slots without waiting.
+func (r *serveRun) takeSlots(n int) int {
+	for i := range n {
+		select {
+		case r.slots <- struct{}{}:
+		default:
+			return i
+		}
+	}
+	return n
+}
+
+func (r *serveRun) releaseSlots(n int) {
+	for range n {
+		<-r.slots
+	}
+}
+
+// process handles entries this worker just received, read or reclaimed;
+// each holds a handler slot. Entries that cannot be decoded are dealt with
+// one by one; the rest go through beginScript together, which decides in
+// one round trip which of them this worker may run.
+func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis.XMessage) {
+	batch := make([]*received, 0, len(msgs))
+	for _, msg := range msgs {
+		if req := r.decode(svc, msg); req != nil {
+			batch = append(batch, req)
+		} else {
+			r.releaseSlots(1)
+		}
+	}
+	if len(batch) == 0 {
+		return
+	}
+	decisions, err := r.begin(ctx, svc, batch)
+	if err != nil {
+		// The entries stay pending; the reclaimer offers them again once
+		// they have been idle for a lease.
+		r.server.log.Warn("rpr: could not begin requests; they will be reclaimed", "count", len(batch), "error", err)
+		r.releaseSlots(len(batch))
+		return
+	}
+	for i, req := range batch {
+		d := decisions[i]
+		log := r.server.log.With("request_id", req.env.ID, "method", req.env.Method)
+		switch d.what {
+		case "run", "rerun", "orphan":
+			if d.what != "run" {
+				log.Warn("rpr: took over a request whose worker's lease expired", "decision", d.what, "previous_worker", d.detail)
+				r.server.stats.reclaimed.Add(1)
+			}
+			r.handlers.Add(1)
+			go func() {
+				defer func() {
+					r.releaseSlots(1)
+					r.handlers.Done()
+				}()
+				r.handle(svc, req, d)
+			}()
+			continue
+		case "expired":
+			log.Info("rpr: deadline passed before a worker took the request; not executed")
+		case "closed":
+			log.Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.detail)
+		case "resent":
+			log.Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.detail)
+		case "duplicate":
+			log.Info("rpr: request already running under another entry; duplicate retired", "worker", d.detail)
+		case "busy":
+			log.Debug("rpr: request held by a live worker; left alone", "worker", d.detail)
+		default:
+			log.Error("rpr: unknown begin decision", "decision", d.what)
+		}
+		r.releaseSlots(1)
+	}
+}
+
+// decode reads one entry. Entries that cannot be run are answered with an
+// error where there is a caller to tell, dead-lettered, acknowledged and
+// logged, and decode returns nil; nothing in an entry can stop the server.
+func (r *serveRun) decode(svc *serverService, msg redis.XMessage) *received {
+	s := r.server
+	raw, ok := msg.Values[envelopeField].(string)
+	if !ok {
+		s.log.Error("rpr: request entry has no envelope field; dead-lettered", "stream", svc.requests, "entry", msg.ID)
+		r.deadLetter(svc, msg.ID, "", fmt.Sprintf("entry has no %q field", envelopeField))
+		return nil
+	}
+	env, err := decodeRequest([]byte(raw))
+	if err != nil {
+		id, replyTo := peekReplyAddress([]byte(raw))
+		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", svc.requests, "entry", msg.ID, "request_id", id, "error", err)
+		r.deadLetter(svc, msg.ID, raw, err.Error())
+		if id != "" && s.keys.isResponses(svc.name, replyTo) {
+			code := InvalidArgument
+			var verr errEnvelopeVersion
+			if errors.As(err, &verr) {
+				code = FailedPrecondition
+			}
+			r.send(svc, msg.ID, replyTo, errorResponse(id, Errorf(code, "[%s] %s: %v", id, svc.name, err)))
+		}
+		return nil
+	}
+	if !s.keys.isResponses(svc.name, env.ReplyTo) {
+		s.log.Error("rpr: reply-to is not a response stream of this service; dead-lettered", "request_id", env.ID, "reply_to", env.ReplyTo)
+		r.deadLetter(svc, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, svc.name))
+		return nil
+	}
+	req := &received{entryID: msg.ID, env: env}
+	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == svc.name {
+		req.method = svc.methods[methodName]
+	}
+	return req
+}
+
+// beginDecision is beginScript's verdict on one entry.
+type beginDecision struct {
+	what   string
+	detail string
+}
+
+// begin runs beginScript over batch.
+func (r *serveRun) begin(ctx context.Context, svc *serverService, batch []*received) ([]beginDecision, error) {
+	s := r.server
+	keys := make([]string, 0, 1+2*len(batch))
+	args := make([]any, 0, 4+4*len(batch))
+	keys = append(keys, svc.requests)
+	args = append(args, workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds(), stateMargin.Milliseconds())
+	for _, req := range batch {
+		keys = append(keys, s.keys.state(svc.name, req.env.ID), req.env.ReplyTo)
+		idempotent := 0
+		if req.method != nil && req.method.Idempotent {
+			idempotent = 1
+		}
+		args = append(args, req.entryID, req.env.Deadline, idempotent, req.env.Attempt)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	reply, err := beginScript.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(reply) != len(batch) {
+		return nil, fmt.Errorf("begin script answered %d decisions for %d entries", len(reply), len(batch))
+	}
+	decisions := make([]beginDecision, len(batch))
+	for i, item := range reply {
+		pair, _ := item.([]any)
+		if len(pair) != 2 {
+			return nil, fmt.Errorf("begin script: malformed decision %v", item)
+		}
+		decisions[i].what, _ = pair[0].(string)
+		decisions[i].detail, _ = pair[1].(string)
+	}
+	return decisions, nil
+}
+
+// handle runs (or, for an orphan, refuses) one claimed request and writes
+// its final state and response. The request counts as running, with its
+// lease extended, until its completion is written.
+func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
+	s := r.server
+	log := s.log.With("request_id", req.env.ID, "method", req.env.Method)
+	deadline := s.clock.toLocal(req.env.Deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	defer r.running.add(req.env.ID, &runningRequest{service: svc, entryID: req.entryID, cancel: cancelCause})()
+
+	var resp *responseEnvelope
+	if d.what == "orphan" {
+		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.detail)
+		resp = errorResponse(req.env.ID, Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.detail, req.env.ID, req.env.Method))
+	} else {
+		resp = r.call(ctx, svc, req, log)
+	}
+	final := stateSuccess
+	if resp.Code != OK {
+		final = stateFailed
+	}
+	r.complete(svc, req, resp, final, time.Until(deadline)+stateMargin, log)
+}
+
+// call runs the handler for req and builds the response envelope.
+func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, log *slog.Logger) *responseEnvelope {
+	s, env := r.server, req.env
+	if req.method == nil {
+		log.Warn("rpr: unknown method")
+		return errorResponse(env.ID, Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, svc.name))
+	}
+	if len(env.Payload) > s.opts.MaxRequestBytes {
+		log.Warn("rpr: request over the size limit", "bytes", len(env.Payload), "limit", s.opts.MaxRequestBytes)
+		return errorResponse(env.ID, Errorf(ResourceExhausted, "[%s] %s: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.ID, env.Method, len(env.Payload), s.opts.MaxRequestBytes))
+	}
+
+	md := &responseMetadata{}
+	ctx = context.WithValue(ctx, incomingKey{}, env.Header)
+	ctx = context.WithValue(ctx, responseKey{}, md)
+	ctx = context.WithValue(ctx, requestIDKey{}, env.ID)
+
+	reply, err := r.runHandler(ctx, svc, req.method, env, log)
+	resp := &responseEnvelope{Version: envelopeVersion, ID: env.ID, Header: md.header, Trailer: md.trailer}
+	if err == nil {
+		resp.Payload, err = proto.Marshal(reply)
+		if err != nil {
+			err = Errorf(Internal, "[%s] %s: marshal response: %v", env.ID, env.Method, err)
+		} else if len(resp.Payload) > s.opts.MaxResponseBytes {
+			log.Error("rpr: response over the size limit", "bytes", len(resp.Payload), "limit", s.opts.MaxResponseBytes)
+			err = Errorf(ResourceExhausted, "[%s] %s: response is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.ID, env.Method, len(resp.Payload), s.opts.MaxResponseBytes)
+		}
+	}
+	if err != nil {
+		errResp := errorResponse(env.ID, err)
+		errResp.Header, errResp.Trailer = resp.Header, resp.Trailer
+		return errResp
+	}
+	return resp
+}
+
+// runHandler calls the user's handler, turning a panic into INTERNAL.
+func (r *serveRun) runHandler(ctx context.Context, svc *serverService, method *MethodDesc, env *requestEnvelope, log *slog.Logger) (reply proto.Message, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
+			reply, err = nil, Errorf(Internal, "[%s] %s: handler panicked: %v", env.ID, env.Method, p)
+		}
+	}()
+	decode := func(m proto.Message) error {
+		if err := proto.Unmarshal(env.Payload, m); err != nil {
+			log.Warn("rpr: request payload does not decode", "error", err)
+			return Errorf(InvalidArgument, "[%s] %s: request payload is not a valid %s: %v", env.ID, env.Method, m.ProtoReflect().Descriptor().FullName(), err)
+		}
+		return nil
+	}
+	reply, err = method.Handler(svc.impl, ctx, decode, r.server.interceptor)
+	if err == nil && (reply == nil || !reply.ProtoReflect().IsValid()) {
+		err = Errorf(Internal, "[%s] %s: handler returned neither a reply nor an error", env.ID, env.Method)
+	}
+	return reply, err
+}
+
+// errorResponse builds a response carrying err as a status.
+func errorResponse(id string, err error) *responseEnvelope {
+	e := AsError(err)
+	resp := &responseEnvelope{Version: envelopeVersion, ID: id, Code: e.code, Message: e.message}
+	if resp.Code == OK { // an *Error with code OK is still a failure
+		resp.Code = Unknown
+	}
+	for _, d := range e.details {
+		if b, err := proto.Marshal(d); err == nil {
+			resp.Details = append(resp.Details, b)
+		}
+	}
+	return resp
+}
+
+// complete writes a claimed request's final state and response and retires
+// its entry in one script, batched with other completions. It returns once
+// that is done, so a handler slot also covers its completion.
+func (r *serveRun) complete(svc *serverService, req *received, resp *responseEnvelope, final string, ttl time.Duration, log *slog.Logger) {
+	s := r.server
+	raw, err := marshalEnvelope(resp)
+	if err != nil {
+		log.Error("rpr: encode response", "error", err)
+		return
+	}
+	r.runScript(&scriptCall{
+		script: completeScript,
+		keys:   []string{svc.requests, req.env.ReplyTo, s.keys.state(svc.name, req.env.ID)},
+		args:   []any{workersGroup, req.entryID, raw, s.opts.WorkerID, final, max(ttl, time.Millisecond).Milliseconds()},
+	}, func(cmd redis.Cmder) {
+		switch n, err := cmd.(*redis.Cmd).Int(); {
+		case err != nil:
+			log.Error("rpr: write response; the request stays pending and will be reclaimed", "error", err)
+		case n == -1:
+			s.stats.leasesLost.Add(1)
+			log.Warn("rpr: lost this request to another worker (lease expired); response not written")
+		case n == 0:
+			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
+		}
+	})
+}
+
+// send writes a response to a caller who sent an entry that could not be
+// decoded; there is no state to update.
+func (r *serveRun) send(svc *serverService, entryID, replyTo string, resp *responseEnvelope) {
+	raw, err := marshalEnvelope(resp)
+	if err != nil {
+		r.server.log.Error("rpr: encode response", "request_id", resp.ID, "error", err)
+		return
+	}
+	r.runScript(&scriptCall{
+		script: replyScript,
+		keys:   []string{replyTo},
+		args:   []any{raw},
+	}, r.logFailure("answer a bad request", entryID))
+}
+
+// deadLetter moves an entry to the dead-letter stream with reason.
+func (r *serveRun) deadLetter(svc *serverService, entryID, raw, reason string) {
+	r.runScript(&scriptCall{
+		script: deadLetterScript,
+		keys:   []string{svc.requests, r.server.keys.deadLetters(svc.name)},
+		args:   []any{workersGroup, entryID, raw, reason, deadLetterCap},
+	}, r.logFailure("dead-letter request entry", entryID))
+}
+
+func (r *serveRun) logFailure(what, entryID string) func(redis.Cmder) {
+	return func(cmd redis.Cmder) {
+		if err := cmd.Err(); err != nil {
+			r.server.log.Error("rpr: "+what, "entry", entryID, "error", err)
+		}
+	}
+}
+
+// runScript sends call through the completion batcher and waits for it.
+func (r *serveRun) runScript(call *scriptCall, done func(redis.Cmder)) {
+	finished := make(chan struct{})
+	err := r.completions.submit(context.Background(), scriptOp(call, func(cmd redis.Cmder) {
+		done(cmd)
+		close(finished)
+	}))
+	if err != nil {
+		r.server.log.Error("rpr: completion not sent", "error", err)
+		return
+	}
+	<-finished
+}

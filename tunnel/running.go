@@ -1,0 +1,144 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// runningRequest is a request a worker has claimed and not yet completed.
+type runningRequest struct {
+	service *serverService
+	entryID string
+	cancel  context.CancelCauseFunc
+}
+
+// runningSet tracks a worker's claimed requests by request id, for lease
+// extension and cancellation.
+type runningSet struct {
+	mu sync.Mutex
+	m  map[string]*runningRequest
+}
+
+// add registers a request; the returned func removes it.
+func (rs *runningSet) add(id string, req *runningRequest) func() {
+	rs.mu.Lock()
+	if rs.m == nil {
+		rs.m = map[string]*runningRequest{}
+	}
+	rs.m[id] = req
+	rs.mu.Unlock()
+	return func() {
+		rs.mu.Lock()
+		delete(rs.m, id)
+		rs.mu.Unlock()
+	}
+}
+
+// cancel cancels the handler of request id, if it runs here.
+func (rs *runningSet) cancel(id string, cause error) bool {
+	rs.mu.Lock()
+	req := rs.m[id]
+	rs.mu.Unlock()
+	if req != nil {
+		req.cancel(cause)
+	}
+	return req != nil
+}
+
+// byService returns the running requests grouped by service.
+func (rs *runningSet) byService() map[*serverService]map[string]*runningRequest {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	out := map[*serverService]map[string]*runningRequest{}
+	for id, req := range rs.m {
+		if out[req.service] == nil {
+			out[req.service] = map[string]*runningRequest{}
+		}
+		out[req.service][id] = req
+	}
+	return out
+}
+
+var (
+	// errCallerCancelled is the cause of a handler context cancelled because
+	// its caller cancelled the call.
+	errCallerCancelled = errors.New("rpr: the caller cancelled the call")
+	// errLeaseLost is the cause of a handler context cancelled because its
+	// worker lost the request's lease to another worker (fencing): whatever
+	// the handler returns is not written.
+	errLeaseLost = errors.New("rpr: this worker lost the request's lease to another worker")
+)
+
+// watchCancellations cancels running handlers whose callers announce that
+// they gave up (arbiterScript publishes the request id), until stop is
+// closed.
+func (r *serveRun) watchCancellations(stop <-chan struct{}, services []*serverService) {
+	channels := make([]string, len(services))
+	for i, svc := range services {
+		channels[i] = r.server.keys.cancels(svc.name)
+	}
+	sub := r.server.rdb.Subscribe(context.Background(), channels...)
+	defer sub.Close()
+	msgs := sub.Channel()
+	for {
+		select {
+		case <-stop:
+			return
+		case msg, ok := <-msgs:
+			if !ok {
+				return
+			}
+			if r.running.cancel(msg.Payload, errCallerCancelled) {
+				r.server.log.Info("rpr: caller cancelled; cancelling its handler", "request_id", msg.Payload)
+			}
+		}
+	}
+}
+
+// extendLeases renews, every third of a lease, the leases of every request
+// this worker runs, until stop is closed (after the last handler ended).
+// A request whose lease was lost has its handler cancelled.
+func (r *serveRun) extendLeases(stop <-chan struct{}) {
+	s := r.server
+	t := time.NewTicker(s.opts.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Lease/3)
+		r.extendOnce(ctx)
+		cancel()
+	}
+}
+
+// extendOnce renews every running request's lease, one script call per
+// service, and cancels the handlers of requests this worker lost.
+func (r *serveRun) extendOnce(ctx context.Context) {
+	s := r.server
+	for svc, reqs := range r.running.byService() {
+		keys := []string{svc.requests}
+		args := []any{workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds()}
+		idOfEntry := make(map[string]string, len(reqs))
+		for id, req := range reqs {
+			keys = append(keys, s.keys.state(svc.name, id))
+			args = append(args, req.entryID)
+			idOfEntry[req.entryID] = id
+		}
+		lost, err := extendScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+		if err != nil {
+			s.log.Warn("rpr: extend leases; if this goes on for a lease, other workers take the requests over", "service", svc.name, "running", len(reqs), "error", err)
+			continue
+		}
+		for _, entry := range lost {
+			id := idOfEntry[entry]
+			s.stats.leasesLost.Add(1)
+			s.log.Warn("rpr: lost the lease of a running request; cancelling its handler, its result will not be written", "request_id", id)
+			r.running.cancel(id, errLeaseLost)
+		}
+	}
+}
