@@ -73,4 +73,3 @@ func (s *Server) removeHeartbeats(services []*serverService) {
 		}
 	}
 }
-
