@@ -39,12 +39,12 @@ func BenchmarkBaselineDirectTCP(b *testing.B) {
 	runConcurrent(b, func() error {
 		var out string
 		return client.Call("EchoRPC.Echo", "hello", &out)
-	}, nil)
+	}, nil, nil)
 }
 
 func BenchmarkBaselineRedisPing(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
-	runConcurrent(b, func() error { return rdb.Ping(context.Background()).Err() }, nil)
+	runConcurrent(b, func() error { return rdb.Ping(context.Background()).Err() }, nil, nil)
 }
 
 // EchoRPC is the net/rpc echo service of BenchmarkBaselineDirectTCP.
@@ -57,10 +57,12 @@ func (EchoRPC) Echo(in string, out *string) error {
 }
 
 // runConcurrent runs call b.N times at concurrency 1, 16 and 128 and reports
-// calls/s and p50/p99 latency. When commands is set, it also reports Redis
-// commands per call: commands returns a running total of commands Redis
-// executed (and costs one command itself).
-func runConcurrent(b *testing.B, call func() error, commands func() int64) {
+// calls/s and p50/p99 latency. When commands is set, it also reports
+// redis-ops/call: everything Redis executed, commands inside Lua scripts
+// included (commands returns a running total and costs one itself). When
+// sent is set, it reports what the code under test sent per call: cmds/call
+// (a script call counts once) and roundtrips/call (a pipeline counts once).
+func runConcurrent(b *testing.B, call func() error, commands func() int64, sent *commandCounter) {
 	for _, concurrency := range []int{1, 16, 128} {
 		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
 			latencies := make([]time.Duration, b.N)
@@ -69,9 +71,12 @@ func runConcurrent(b *testing.B, call func() error, commands func() int64) {
 				next <- i
 			}
 			close(next)
-			var before int64
+			var before, sentBefore, tripsBefore int64
 			if commands != nil {
 				before = commands()
+			}
+			if sent != nil {
+				sentBefore, tripsBefore = sent.commands.Load(), sent.roundTrips.Load()
 			}
 			b.ResetTimer()
 			start := time.Now()
@@ -93,8 +98,12 @@ func runConcurrent(b *testing.B, call func() error, commands func() int64) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
+			if sent != nil {
+				b.ReportMetric(float64(sent.commands.Load()-sentBefore)/float64(b.N), "cmds/call")
+				b.ReportMetric(float64(sent.roundTrips.Load()-tripsBefore)/float64(b.N), "roundtrips/call")
+			}
 			if commands != nil {
-				b.ReportMetric(float64(commands()-before-1)/float64(b.N), "redis-cmds/call")
+				b.ReportMetric(float64(commands()-before-1)/float64(b.N), "redis-ops/call")
 			}
 			slices.Sort(latencies)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")

@@ -2,6 +2,7 @@ package tunnel_test
 
 import (
 	"context"
+	"sync/atomic"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -23,6 +24,8 @@ import (
 func BenchmarkUnaryEcho(b *testing.B) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
+	sent := &commandCounter{}
+	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
 	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
 	if err != nil {
@@ -55,7 +58,31 @@ func BenchmarkUnaryEcho(b *testing.B) {
 	in := wrapperspb.String("hello")
 	runConcurrent(b, func() error {
 		return client.Invoke(ctx, echo, in, new(wrapperspb.StringValue))
-	}, func() int64 { return commandCalls(b, rdb) })
+	}, func() int64 { return commandCalls(b, rdb) }, sent)
+}
+
+// commandCounter is a go-redis hook counting what rpr sends: commands
+// (a script call counts once) and round trips (a pipeline counts once).
+type commandCounter struct {
+	commands, roundTrips atomic.Int64
+}
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.commands.Add(1)
+		c.roundTrips.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.commands.Add(int64(len(cmds)))
+		c.roundTrips.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

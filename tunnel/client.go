@@ -438,6 +438,7 @@ type clientService struct {
 	err   error
 
 	liveWorkers atomic.Int32
+	lastRead    atomic.Value // string: id of the last response read
 
 	mu      sync.Mutex
 	waiting map[string]chan callResult
@@ -514,15 +515,19 @@ func (c *Client) createResponseStream(ctx context.Context, s *clientService) err
 	return nil
 }
 
-// refresh reads Redis's clock and the service's worker heartbeats, and
-// extends the response stream's life, in one round trip. It recreates the
-// response stream if it disappeared (Redis restarted or evicted it).
+// refresh reads Redis's clock and the service's worker heartbeats, extends
+// the response stream's life and trims the responses already read, in one
+// round trip. It recreates the response stream if it disappeared (Redis
+// restarted or evicted it).
 func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	pipe := c.rdb.Pipeline()
 	sentAt := time.Now()
 	timeCmd := pipe.Time(ctx)
 	workers := pipe.HGetAll(ctx, c.keys.workers(s.name))
 	expire := pipe.PExpire(ctx, s.stream, responseStreamTTL)
+	if last, _ := s.lastRead.Load().(string); last != "" {
+		pipe.XTrimMinID(ctx, s.stream, last)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
 	}
@@ -595,20 +600,9 @@ func (c *Client) readResponses(s *clientService) {
 			}
 		}
 		if last != "" {
-			c.trimResponses(s, last)
+			s.lastRead.Store(last) // trimmed up to here by the next refresh
 		}
 	}
-}
-
-// trimResponses removes responses before last, which have all been read.
-// The trim rides along with the next pipeline of calls.
-func (c *Client) trimResponses(s *clientService, last string) {
-	c.writer.trySubmit(&pipelineOp{
-		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
-			return p.XTrimMinID(ctx, s.stream, last)
-		},
-		done: func(redis.Cmder) {},
-	})
 }
 
 // deliver decodes one response and hands it to the call waiting for it.
