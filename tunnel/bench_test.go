@@ -2,10 +2,10 @@ package tunnel_test
 
 import (
 	"context"
-	"sync/atomic"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
