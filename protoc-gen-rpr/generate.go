@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/compiler/protogen"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/pluginpb"
+
+	"github.com/rprtunnel/rpr/tunnel"
 )
 
 // Packages the generated code refers to. protogen adds an import (with a
@@ -313,6 +315,9 @@ func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) 
 		if m.idempotent {
 			g.P("Idempotent: true,")
 		}
+		if m.retry != nil {
+			genRetryPolicy(g, m.retry)
+		}
 		if s.bizCode != "" {
 			g.P("BizCode: ", quote(s.bizCode), ",")
 		}
@@ -322,6 +327,45 @@ func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) 
 	g.P("},")
 	g.P("Metadata: ", quote(file.Desc.Path()), ",")
 	g.P("}")
+}
+
+// genRetryPolicy writes the Retry field of a MethodDesc, leaving unset
+// fields to the runtime's defaults.
+func genRetryPolicy(g *protogen.GeneratedFile, p *retryPolicy) {
+	g.P("Retry: &", tunnelPackage.Ident("RetryPolicy"), "{")
+	if p.maxAttempts != 0 {
+		g.P("MaxAttempts: ", p.maxAttempts, ",")
+	}
+	if p.initialBackoff != 0 {
+		g.P("InitialBackoff: ", durationExpr(g, p.initialBackoff), ",")
+	}
+	if p.maxBackoff != 0 {
+		g.P("MaxBackoff: ", durationExpr(g, p.maxBackoff), ",")
+	}
+	if p.multiplier != 0 {
+		g.P("Multiplier: ", strconv.FormatFloat(p.multiplier, 'g', -1, 64), ",")
+	}
+	if len(p.codes) > 0 {
+		codes := make([]string, len(p.codes))
+		for i, c := range p.codes {
+			codes[i] = g.QualifiedGoIdent(tunnelPackage.Ident(codeConstName(c)))
+		}
+		g.P("RetryableCodes: []", tunnelPackage.Ident("Code"), "{", strings.Join(codes, ", "), "},")
+	}
+	g.P("},")
+}
+
+// codeConstName is the name of a code's constant in package tunnel:
+// DEADLINE_EXCEEDED -> DeadlineExceeded, OK -> OK.
+func codeConstName(c tunnel.Code) string {
+	if c == tunnel.OK {
+		return "OK"
+	}
+	var b strings.Builder
+	for _, word := range strings.Split(c.String(), "_") {
+		b.WriteString(word[:1] + strings.ToLower(word[1:]))
+	}
+	return b.String()
 }
 
 // durationExpr writes d as a Go expression in the largest unit that holds it

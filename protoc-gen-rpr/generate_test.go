@@ -275,6 +275,7 @@ func TestRefused(t *testing.T) {
 				`protoc-gen-rpr: service rprtest.bad.v1.TooLong: (rpr.v1.service).biz_code "ORDER" must be exactly 4`,
 				"protoc-gen-rpr: service rprtest.bad.v1.BadTimeouts: (rpr.v1.service).timeout is negative (-5s)",
 				"protoc-gen-rpr: rprtest.bad.v1.BadTimeouts/Huge: (rpr.v1.method).timeout of 315576000000 seconds is longer than a time.Duration can hold",
+				`protoc-gen-rpr: rprtest.bad.v1.BadTimeouts/BadRetry: (rpr.v1.method).retry: retryable_codes: "UNAVAILBLE" is not a status code`,
 			},
 		},
 		{

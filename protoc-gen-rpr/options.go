@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
+	"github.com/rprtunnel/rpr/tunnel"
 )
 
 // service is a proto service with what its options say, checked: everything
@@ -33,6 +34,16 @@ type method struct {
 	timeout    time.Duration // method's timeout, else the service's; 0 when neither sets one
 	idempotent bool          // idempotency_level is IDEMPOTENT or NO_SIDE_EFFECTS
 	deprecated bool          // option deprecated = true
+	retry      *retryPolicy  // (rpr.v1.method).retry, nil when unset
+}
+
+// retryPolicy is a checked (rpr.v1.method).retry option; zero fields mean
+// the runtime's defaults.
+type retryPolicy struct {
+	maxAttempts                int
+	initialBackoff, maxBackoff time.Duration
+	multiplier                 float64
+	codes                      []tunnel.Code
 }
 
 // bizCodePattern is what (rpr.v1.service).biz_code must match when set: it is
@@ -98,8 +109,14 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 		timeout = serviceTimeout
 	}
 
+	retry, err := retryOption(rprOpts.GetRetry())
+	if err != nil {
+		return nil, fmt.Errorf("protoc-gen-rpr: %s: (rpr.v1.method).retry: %w", name, err)
+	}
+
 	level := methodOpts.GetIdempotencyLevel()
 	return &method{
+		retry:      retry,
 		Method:     m,
 		names:      namesOfMethod(m.Parent, m),
 		fullName:   name,
@@ -107,6 +124,35 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 		idempotent: level == descriptorpb.MethodOptions_IDEMPOTENT || level == descriptorpb.MethodOptions_NO_SIDE_EFFECTS,
 		deprecated: methodOpts.GetDeprecated(),
 	}, nil
+}
+
+// retryOption checks a retry policy option; nil means unset.
+func retryOption(p *rprv1.RetryPolicy) (*retryPolicy, error) {
+	if p == nil {
+		return nil, nil
+	}
+	out := &retryPolicy{maxAttempts: int(p.GetMaxAttempts()), multiplier: p.GetMultiplier()}
+	if p.GetMaxAttempts() > 100 {
+		return nil, fmt.Errorf("max_attempts %d is more than 100; a call is not a queue", p.GetMaxAttempts())
+	}
+	if out.multiplier != 0 && (out.multiplier < 1 || math.IsNaN(out.multiplier) || math.IsInf(out.multiplier, 0)) {
+		return nil, fmt.Errorf("multiplier %v must be at least 1", out.multiplier)
+	}
+	var err error
+	if out.initialBackoff, err = timeoutOption(p.GetInitialBackoff()); err != nil {
+		return nil, fmt.Errorf("initial_backoff %w", err)
+	}
+	if out.maxBackoff, err = timeoutOption(p.GetMaxBackoff()); err != nil {
+		return nil, fmt.Errorf("max_backoff %w", err)
+	}
+	for _, name := range p.GetRetryableCodes() {
+		code, ok := tunnel.ParseCode(name)
+		if !ok || code == tunnel.OK {
+			return nil, fmt.Errorf("retryable_codes: %q is not a status code; use a name such as \"UNAVAILABLE\"", name)
+		}
+		out.codes = append(out.codes, code)
+	}
+	return out, nil
 }
 
 // timeoutOption converts a timeout option to a time.Duration; nil means 0

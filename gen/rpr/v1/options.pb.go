@@ -95,7 +95,11 @@ type MethodOptions struct {
 	// request is durably in Redis and the server's handler returns only an
 	// error. Reserved for the async runtime; protoc-gen-rpr refuses async
 	// methods until that runtime exists.
-	Async         bool `protobuf:"varint,2,opt,name=async,proto3" json:"async,omitempty"`
+	Async bool `protobuf:"varint,2,opt,name=async,proto3" json:"async,omitempty"`
+	// Default retry policy of the method's calls (a call may override it
+	// with tunnel.WithRetry). The runtime retries only when a retry cannot
+	// run the request twice: see tunnel.RetryPolicy.
+	Retry         *RetryPolicy `protobuf:"bytes,3,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -144,6 +148,95 @@ func (x *MethodOptions) GetAsync() bool {
 	return false
 }
 
+func (x *MethodOptions) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RetryPolicy configures client retries. Unset fields take the runtime's
+// defaults (3 attempts, 200ms then 400ms, UNAVAILABLE only).
+type RetryPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempts in all, the first included.
+	MaxAttempts uint32 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Pause before the second attempt; each later pause is multiplier times
+	// longer, up to max_backoff.
+	InitialBackoff *durationpb.Duration `protobuf:"bytes,2,opt,name=initial_backoff,json=initialBackoff,proto3" json:"initial_backoff,omitempty"`
+	MaxBackoff     *durationpb.Duration `protobuf:"bytes,3,opt,name=max_backoff,json=maxBackoff,proto3" json:"max_backoff,omitempty"`
+	Multiplier     float64              `protobuf:"fixed64,4,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	// Status codes worth retrying, by canonical name, e.g. "UNAVAILABLE".
+	RetryableCodes []string `protobuf:"bytes,5,rep,name=retryable_codes,json=retryableCodes,proto3" json:"retryable_codes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_rpr_v1_options_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_rpr_v1_options_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_rpr_v1_options_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RetryPolicy) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetInitialBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.InitialBackoff
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMaxBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.MaxBackoff
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetRetryableCodes() []string {
+	if x != nil {
+		return x.RetryableCodes
+	}
+	return nil
+}
+
 var file_rpr_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.ServiceOptions)(nil),
@@ -186,10 +279,20 @@ const file_rpr_v1_options_proto_rawDesc = "" +
 	"\x14rpr/v1/options.proto\x12\x06rpr.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"`\n" +
 	"\x0eServiceOptions\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
-	"\bbiz_code\x18\x02 \x01(\tR\abizCode\"Z\n" +
+	"\bbiz_code\x18\x02 \x01(\tR\abizCode\"\x85\x01\n" +
 	"\rMethodOptions\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x14\n" +
-	"\x05async\x18\x02 \x01(\bR\x05async:S\n" +
+	"\x05async\x18\x02 \x01(\bR\x05async\x12)\n" +
+	"\x05retry\x18\x03 \x01(\v2\x13.rpr.v1.RetryPolicyR\x05retry\"\xf9\x01\n" +
+	"\vRetryPolicy\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12B\n" +
+	"\x0finitial_backoff\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0einitialBackoff\x12:\n" +
+	"\vmax_backoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxBackoff\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x04 \x01(\x01R\n" +
+	"multiplier\x12'\n" +
+	"\x0fretryable_codes\x18\x05 \x03(\tR\x0eretryableCodes:S\n" +
 	"\aservice\x12\x1f.google.protobuf.ServiceOptions\x18\x9f\x95\x03 \x01(\v2\x16.rpr.v1.ServiceOptionsR\aservice:O\n" +
 	"\x06method\x12\x1e.google.protobuf.MethodOptions\x18\x9f\x95\x03 \x01(\v2\x15.rpr.v1.MethodOptionsR\x06methodB+Z)github.com/rprtunnel/rpr/gen/rpr/v1;rprv1b\x06proto3"
 
@@ -205,26 +308,30 @@ func file_rpr_v1_options_proto_rawDescGZIP() []byte {
 	return file_rpr_v1_options_proto_rawDescData
 }
 
-var file_rpr_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_rpr_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_rpr_v1_options_proto_goTypes = []any{
 	(*ServiceOptions)(nil),              // 0: rpr.v1.ServiceOptions
 	(*MethodOptions)(nil),               // 1: rpr.v1.MethodOptions
-	(*durationpb.Duration)(nil),         // 2: google.protobuf.Duration
-	(*descriptorpb.ServiceOptions)(nil), // 3: google.protobuf.ServiceOptions
-	(*descriptorpb.MethodOptions)(nil),  // 4: google.protobuf.MethodOptions
+	(*RetryPolicy)(nil),                 // 2: rpr.v1.RetryPolicy
+	(*durationpb.Duration)(nil),         // 3: google.protobuf.Duration
+	(*descriptorpb.ServiceOptions)(nil), // 4: google.protobuf.ServiceOptions
+	(*descriptorpb.MethodOptions)(nil),  // 5: google.protobuf.MethodOptions
 }
 var file_rpr_v1_options_proto_depIdxs = []int32{
-	2, // 0: rpr.v1.ServiceOptions.timeout:type_name -> google.protobuf.Duration
-	2, // 1: rpr.v1.MethodOptions.timeout:type_name -> google.protobuf.Duration
-	3, // 2: rpr.v1.service:extendee -> google.protobuf.ServiceOptions
-	4, // 3: rpr.v1.method:extendee -> google.protobuf.MethodOptions
-	0, // 4: rpr.v1.service:type_name -> rpr.v1.ServiceOptions
-	1, // 5: rpr.v1.method:type_name -> rpr.v1.MethodOptions
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	4, // [4:6] is the sub-list for extension type_name
-	2, // [2:4] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 0: rpr.v1.ServiceOptions.timeout:type_name -> google.protobuf.Duration
+	3, // 1: rpr.v1.MethodOptions.timeout:type_name -> google.protobuf.Duration
+	2, // 2: rpr.v1.MethodOptions.retry:type_name -> rpr.v1.RetryPolicy
+	3, // 3: rpr.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	3, // 4: rpr.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	4, // 5: rpr.v1.service:extendee -> google.protobuf.ServiceOptions
+	5, // 6: rpr.v1.method:extendee -> google.protobuf.MethodOptions
+	0, // 7: rpr.v1.service:type_name -> rpr.v1.ServiceOptions
+	1, // 8: rpr.v1.method:type_name -> rpr.v1.MethodOptions
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	7, // [7:9] is the sub-list for extension type_name
+	5, // [5:7] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_rpr_v1_options_proto_init() }
@@ -238,7 +345,7 @@ func file_rpr_v1_options_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rpr_v1_options_proto_rawDesc), len(file_rpr_v1_options_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 2,
 			NumServices:   0,
 		},
