@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,6 +20,22 @@ type pipelineOp struct {
 	// done receives the finished command. It runs on a flusher goroutine,
 	// so it must not block.
 	done func(redis.Cmder)
+	// state moves from opQueued to opTaken when a flusher takes the op,
+	// or to opAbandoned when its submitter gives up first.
+	state atomic.Int32
+}
+
+const (
+	opQueued int32 = iota
+	opTaken
+	opAbandoned
+)
+
+// abandon withdraws a queued op. It reports true when the op had not been
+// taken by a flusher, so its command is never sent; false means it may have
+// been sent already.
+func (op *pipelineOp) abandon() bool {
+	return op.state.CompareAndSwap(opQueued, opAbandoned)
 }
 
 // scriptCall is a Lua script invocation.
@@ -144,13 +161,22 @@ func (b *batcher) flush(batch []*pipelineOp) {
 	// (a server completion must be written whatever happens to the call),
 	// so the pipeline runs on its own context.
 	ctx := context.Background()
+	live := batch[:0]
+	for _, op := range batch {
+		if op.state.CompareAndSwap(opQueued, opTaken) {
+			live = append(live, op)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
 	pipe := b.rdb.Pipeline()
-	cmds := make([]redis.Cmder, len(batch))
-	for i, op := range batch {
+	cmds := make([]redis.Cmder, len(live))
+	for i, op := range live {
 		cmds[i] = op.queue(ctx, pipe)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for i, op := range batch {
+	for i, op := range live {
 		cmd := cmds[i]
 		if op.script != nil && isNoScript(cmd.Err()) {
 			cmd = op.script.script.Eval(ctx, b.rdb, op.script.keys, op.script.args...)

@@ -233,17 +233,18 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	defer svc.forget(rid)
 	sent := make(chan error, 1)
 	requests := c.keys.requests(call.method.Service)
-	err = c.writer.submit(ctx, &pipelineOp{
+	send := &pipelineOp{
 		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 			return p.XAdd(ctx, &redis.XAddArgs{Stream: requests, Values: []any{envelopeField, raw}})
 		},
 		done: func(cmd redis.Cmder) { sent <- cmd.Err() },
-	})
+	}
+	err = c.writer.submit(ctx, send)
 	if errors.Is(err, errBatcherClosed) {
 		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
 	}
-	if err != nil { // the context ended while waiting to send: nothing was sent
-		return c.gaveUp(ctx, svc, call, false)
+	if err != nil { // the context ended while waiting to queue: nothing was sent
+		return c.gaveUp(ctx, call, false)
 	}
 
 	for {
@@ -261,7 +262,9 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 			}
 			return c.finish(full, res.resp, reply, call.cfg)
 		case <-ctx.Done():
-			return c.gaveUp(ctx, svc, call, sent == nil)
+			// A request still queued in this process is withdrawn and never
+			// sent; one already handed to Redis needs the arbiter.
+			return c.gaveUp(ctx, call, !send.abandon())
 		}
 	}
 }
@@ -275,7 +278,7 @@ const arbiterBudget = 500 * time.Millisecond
 // CANCELLED unless a worker got to it first, which is what tells the caller
 // whether it provably did not run (NotExecuted). A request that never left
 // this process needs no mark.
-func (c *Client) gaveUp(ctx context.Context, svc *clientService, call *outgoingCall, maybeSent bool) error {
+func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool) error {
 	code, mark, what := DeadlineExceeded, "TIMEOUT", "deadline exceeded"
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code, mark, what = Canceled, "CANCELLED", "call cancelled by the caller"
