@@ -459,6 +459,10 @@ func (c *Client) service(ctx context.Context, name string) (*clientService, erro
 	}
 	s, ok := c.services[name]
 	if !ok {
+		if err := checkPool(c.rdb, len(c.services)+1, "this Client"); err != nil {
+			c.mu.Unlock()
+			return nil, notExecutedf(ResourceExhausted, "%s: %v", name, err)
+		}
 		s = &clientService{
 			name:    name,
 			stream:  c.keys.responses(name, c.opts.ID),

@@ -204,6 +204,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		return errors.New("rpr: Serve: no services registered (call a generated Register function first)")
 	}
 
+	if err := checkPool(s.rdb, len(services), "Serve"); err != nil {
+		return err
+	}
 	if err := s.prepare(ctx, services); err != nil {
 		return err
 	}

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -290,5 +292,29 @@ func TestClosedClientRefusesCalls(t *testing.T) {
 	}
 	if _, err := e.call(context.Background(), "Echo", "x"); tunnel.CodeOf(err) != tunnel.Canceled {
 		t.Fatalf("after close: %v, want CANCELED", err)
+	}
+}
+
+func TestTooSmallPoolIsRefusedWithTheFix(t *testing.T) {
+	rs := redistest.Start(t)
+	small := redis.NewClient(&redis.Options{Addr: rs.Addr(), PoolSize: 4})
+	defer small.Close()
+	srv, err := tunnel.NewServer(small, tunnel.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RegisterService(&echoDesc, map[string]echoHandler{})
+	err = srv.Serve(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "pool_size=5") {
+		t.Fatalf("Serve = %v, want a refusal naming pool_size=5", err)
+	}
+	client, err := tunnel.NewClient(small, tunnel.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	err = client.Invoke(context.Background(), method("Echo"), wrapperspb.String("x"), new(wrapperspb.StringValue))
+	if tunnel.CodeOf(err) != tunnel.ResourceExhausted || !strings.Contains(err.Error(), "pool_size") {
+		t.Fatalf("Invoke = %v, want RESOURCE_EXHAUSTED naming pool_size", err)
 	}
 }
