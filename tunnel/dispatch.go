@@ -41,14 +41,19 @@ type received struct {
 	method  *MethodDesc // nil when the service has no such method
 }
 
-// readRequests takes new requests of svc in batches, never more than there
-// are free handler slots, and processes them.
+// readRequests takes requests of svc in batches, never more than there are
+// free handler slots, and processes them: new ones with XREADGROUP and,
+// every reclaim interval, those a dead worker left behind (see reclaim).
+// One loop does both so that the two never compete for slots.
 func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
 	s := r.server
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	// Reads are not cancelled mid-flight: entries Redis hands out must be
 	// handled, so each read ends by its short block time instead.
 	readCtx := context.WithoutCancel(ctx)
+	interval := s.reclaimInterval()
+	nextReclaim := time.Now().Add(interval)
+	reclaimFrom := "0-0"
 	for {
 		select {
 		case r.slots <- struct{}{}:
@@ -56,12 +61,20 @@ func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
 			return
 		}
 		slots := 1 + r.takeSlots(s.opts.BatchSize-1)
+		if time.Now().After(nextReclaim) {
+			var used int
+			reclaimFrom, used = r.reclaimOnce(readCtx, svc, reclaimFrom, slots)
+			nextReclaim = time.Now().Add(interval)
+			if slots -= used; slots == 0 {
+				continue
+			}
+		}
 		streams, err := s.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
 			Group:    workersGroup,
 			Consumer: s.opts.WorkerID,
 			Streams:  []string{svc.requests, ">"},
 			Count:    int64(slots),
-			Block:    time.Second,
+			Block:    interval,
 		}).Result()
 		var msgs []redis.XMessage
 		for _, st := range streams {
@@ -125,7 +138,14 @@ func (r *serveRun) releaseSlots(n int) {
 func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis.XMessage) {
 	batch := make([]*received, 0, len(msgs))
 	for _, msg := range msgs {
-		if req := r.decode(svc, msg); req != nil {
+		req := r.decode(svc, msg)
+		if req != nil && r.running.has(req.env.ID) {
+			// Reclaimed from under ourselves (our lease lapsed while Redis
+			// was unreachable): the handler is still ours and will complete.
+			r.server.log.Info("rpr: reclaimed a request this worker is still running; left to its handler", "request_id", req.env.ID)
+			req = nil
+		}
+		if req != nil {
 			batch = append(batch, req)
 		} else {
 			r.releaseSlots(1)
@@ -224,10 +244,10 @@ type beginDecision struct {
 // begin runs beginScript over batch.
 func (r *serveRun) begin(ctx context.Context, svc *serverService, batch []*received) ([]beginDecision, error) {
 	s := r.server
-	keys := make([]string, 0, 1+2*len(batch))
-	args := make([]any, 0, 4+4*len(batch))
-	keys = append(keys, svc.requests)
-	args = append(args, workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds(), stateMargin.Milliseconds())
+	keys := make([]string, 0, 2+2*len(batch))
+	args := make([]any, 0, 5+4*len(batch))
+	keys = append(keys, svc.requests, s.keys.workers(svc.name))
+	args = append(args, workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds(), stateMargin.Milliseconds(), s.deadAfter().Milliseconds())
 	for _, req := range batch {
 		keys = append(keys, s.keys.state(svc.name, req.env.ID), req.env.ReplyTo)
 		idempotent := 0
@@ -359,7 +379,10 @@ func errorResponse(id string, err error) *responseEnvelope {
 
 // complete writes a claimed request's final state and response and retires
 // its entry in one script, batched with other completions. It returns once
-// that is done, so a handler slot also covers its completion.
+// that is done, so a handler slot also covers its completion. If Redis
+// cannot be reached it keeps trying, with backoff, for as long as the
+// request's state lives (ttl): the answer exists, and the request stays
+// this worker's (its lease is extended meanwhile) until it is written.
 func (r *serveRun) complete(svc *serverService, req *received, resp *responseEnvelope, final string, ttl time.Duration, log *slog.Logger) {
 	s := r.server
 	raw, err := marshalEnvelope(resp)
@@ -367,21 +390,30 @@ func (r *serveRun) complete(svc *serverService, req *received, resp *responseEnv
 		log.Error("rpr: encode response", "error", err)
 		return
 	}
-	r.runScript(&scriptCall{
+	call := &scriptCall{
 		script: completeScript,
 		keys:   []string{svc.requests, req.env.ReplyTo, s.keys.state(svc.name, req.env.ID)},
 		args:   []any{workersGroup, req.entryID, raw, s.opts.WorkerID, final, max(ttl, time.Millisecond).Milliseconds()},
-	}, func(cmd redis.Cmder) {
-		switch n, err := cmd.(*redis.Cmd).Int(); {
-		case err != nil:
-			log.Error("rpr: write response; the request stays pending and will be reclaimed", "error", err)
-		case n == -1:
+	}
+	giveUp := time.Now().Add(ttl)
+	backoff := newBackoff(50*time.Millisecond, time.Second)
+	for {
+		n, err := r.runScript(call).(*redis.Cmd).Int()
+		switch {
+		case err == nil && n == -1:
 			s.stats.leasesLost.Add(1)
 			log.Warn("rpr: lost this request to another worker (lease expired); response not written")
-		case n == 0:
+		case err == nil && n == 0:
 			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
+		case err != nil && time.Now().Before(giveUp):
+			log.Warn("rpr: write response failed; retrying", "error", err)
+			backoff.wait(context.Background())
+			continue
+		case err != nil:
+			log.Error("rpr: write response failed until the request's state expired; giving up (the caller has timed out)", "error", err)
 		}
-	})
+		return
+	}
 }
 
 // send writes a response to a caller who sent an entry that could not be
@@ -392,40 +424,39 @@ func (r *serveRun) send(svc *serverService, entryID, replyTo string, resp *respo
 		r.server.log.Error("rpr: encode response", "request_id", resp.ID, "error", err)
 		return
 	}
-	r.runScript(&scriptCall{
+	r.logFailure("answer a bad request", entryID, r.runScript(&scriptCall{
 		script: replyScript,
 		keys:   []string{replyTo},
 		args:   []any{raw},
-	}, r.logFailure("answer a bad request", entryID))
+	}))
 }
 
 // deadLetter moves an entry to the dead-letter stream with reason.
 func (r *serveRun) deadLetter(svc *serverService, entryID, raw, reason string) {
-	r.runScript(&scriptCall{
+	r.logFailure("dead-letter request entry", entryID, r.runScript(&scriptCall{
 		script: deadLetterScript,
 		keys:   []string{svc.requests, r.server.keys.deadLetters(svc.name)},
 		args:   []any{workersGroup, entryID, raw, reason, deadLetterCap},
-	}, r.logFailure("dead-letter request entry", entryID))
-}
-
-func (r *serveRun) logFailure(what, entryID string) func(redis.Cmder) {
-	return func(cmd redis.Cmder) {
-		if err := cmd.Err(); err != nil {
-			r.server.log.Error("rpr: "+what, "entry", entryID, "error", err)
-		}
-	}
-}
-
-// runScript sends call through the completion batcher and waits for it.
-func (r *serveRun) runScript(call *scriptCall, done func(redis.Cmder)) {
-	finished := make(chan struct{})
-	err := r.completions.submit(context.Background(), scriptOp(call, func(cmd redis.Cmder) {
-		done(cmd)
-		close(finished)
 	}))
-	if err != nil {
-		r.server.log.Error("rpr: completion not sent", "error", err)
-		return
+}
+
+// logFailure logs cmd's error, if any. An entry whose dead-lettering or
+// answer failed stays pending and is offered again by the reclaim scan.
+func (r *serveRun) logFailure(what, entryID string, cmd redis.Cmder) {
+	if err := cmd.Err(); err != nil {
+		r.server.log.Error("rpr: "+what, "entry", entryID, "error", err)
 	}
-	<-finished
+}
+
+// runScript sends call through the completion batcher and returns the
+// finished command.
+func (r *serveRun) runScript(call *scriptCall) redis.Cmder {
+	result := make(chan redis.Cmder, 1)
+	err := r.completions.submit(context.Background(), scriptOp(call, func(cmd redis.Cmder) { result <- cmd }))
+	if err != nil {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetErr(err)
+		return cmd
+	}
+	return <-result
 }

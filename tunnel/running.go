@@ -36,6 +36,13 @@ func (rs *runningSet) add(id string, req *runningRequest) func() {
 	}
 }
 
+// has reports whether request id runs here.
+func (rs *runningSet) has(id string) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.m[id] != nil
+}
+
 // cancel cancels the handler of request id, if it runs here.
 func (rs *runningSet) cancel(id string, cause error) bool {
 	rs.mu.Lock()

@@ -25,19 +25,25 @@ import "github.com/redis/go-redis/v9"
 // beginScript decides, for a batch of request entries a worker has just
 // received (read or reclaimed), which ones it may run, in one round trip.
 //
-//	KEYS[1]      request stream
-//	KEYS[2k]     state hash of entry k      KEYS[2k+1] its reply stream
+//	KEYS[1]      request stream              KEYS[2] workers hash
+//	KEYS[2k+1]   state hash of entry k       KEYS[2k+2] its reply stream
 //	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
 //	ARGV[4] state margin ms (kept past the deadline)
-//	ARGV[4k+1..4k+4] entry k: entry id, deadline (ms), idempotent (1|0), attempt
+//	ARGV[5] silence ms after which a worker without a heartbeat is dead
+//	ARGV[4k+2..4k+5] entry k: entry id, deadline (ms), idempotent (1|0), attempt
+//
+// A request PROCESSING under another worker is taken over only when that
+// worker is gone: its lease on the request expired and it has not beaten
+// for ARGV[5] ms. (A PROCESSING request under this very worker id is from
+// an earlier life of it: the caller never passes requests it still runs.)
 //
 // Returns one {decision, detail} per entry:
 //
 //	run        claimed PROCESSING for this worker: run the handler
-//	rerun      idempotent, its previous worker's lease expired: run again (detail: that worker)
-//	orphan     not idempotent, its previous worker's lease expired, or the
-//	           deadline passed meanwhile: claimed for this worker, answer ABORTED (detail: that worker)
-//	busy       another worker holds a live lease on it: leave it alone
+//	rerun      idempotent, its worker is gone: run again (detail: that worker)
+//	orphan     not idempotent (or past its deadline), its worker is gone:
+//	           claimed for this worker, answer ABORTED (detail: that worker)
+//	busy       another worker holds it and is alive: leave it alone
 //	duplicate  another entry with this request id is running: entry retired
 //	resent     already finished: stored response sent again, entry retired
 //	closed     the client gave up first (TIMEOUT/CANCELLED): entry retired
@@ -45,13 +51,22 @@ import "github.com/redis/go-redis/v9"
 var beginScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local stream, group, worker = KEYS[1], ARGV[1], ARGV[2]
-local lease, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
+local stream, workers, group, worker = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local lease, margin, silence = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local function gone(owner, leaseUntil)
+  if tonumber(leaseUntil or '0') > now then return false end
+  if owner == worker then return true end
+  local raw = redis.call('HGET', workers, owner)
+  if not raw then return true end
+  local ok, w = pcall(cjson.decode, raw)
+  if not ok or type(w) ~= 'table' or type(w['beat_ms']) ~= 'number' then return true end
+  return now - w['beat_ms'] > silence
+end
 local out = {}
-for k = 1, (#KEYS - 1) / 2 do
-  local st, reply = KEYS[2 * k], KEYS[2 * k + 1]
-  local entry, deadline = ARGV[4 * k + 1], tonumber(ARGV[4 * k + 2])
-  local idempotent, attempt = ARGV[4 * k + 3] == '1', tonumber(ARGV[4 * k + 4])
+for k = 1, (#KEYS - 2) / 2 do
+  local st, reply = KEYS[2 * k + 1], KEYS[2 * k + 2]
+  local entry, deadline = ARGV[4 * k + 2], tonumber(ARGV[4 * k + 3])
+  local idempotent, attempt = ARGV[4 * k + 4] == '1', tonumber(ARGV[4 * k + 5])
   local ttl = math.max(deadline - now, 0) + margin
   local function retire()
     redis.call('XACK', stream, group, entry)
@@ -91,7 +106,7 @@ for k = 1, (#KEYS - 1) / 2 do
     -- PROCESSING from another entry: a client retry of a running call
     retire()
     out[k] = {'duplicate', owner}
-  elseif tonumber(cur[4]) > now then
+  elseif not gone(owner, cur[4]) then
     out[k] = {'busy', owner}
   elseif idempotent and now < deadline then
     claim()
@@ -139,7 +154,9 @@ return 0
 //	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
 //	ARGV[3+i] entry id of KEYS[1+i]
 //
-// Returns the entry ids this worker no longer holds (lease lost).
+// Returns the entry ids this worker no longer holds (taken over by another
+// worker, or state gone). A request this worker has just completed is not
+// lost: its completion may land between the caller's snapshot and this.
 var extendScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -147,10 +164,11 @@ local lost = {}
 for i = 2, #KEYS do
   local entry = ARGV[i + 2]
   local cur = redis.call('HMGET', KEYS[i], 'state', 'worker', 'entry')
-  if cur[1] == 'PROCESSING' and cur[2] == ARGV[2] and cur[3] == entry then
+  local mine = cur[2] == ARGV[2] and cur[3] == entry
+  if mine and cur[1] == 'PROCESSING' then
     redis.call('HSET', KEYS[i], 'lease', now + tonumber(ARGV[3]))
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, entry, 'JUSTID')
-  else
+  elseif not (mine and (cur[1] == 'SUCCESS' or cur[1] == 'FAILED')) then
     lost[#lost + 1] = entry
   end
 end

@@ -47,6 +47,13 @@ type ServerOptions struct {
 	Lease time.Duration
 }
 
+// deadAfter is how long a worker may stay silent (no heartbeat) before
+// other workers take over its requests whose leases have expired: at least
+// three missed beats, so one slow beat does not condemn a live worker.
+func (s *Server) deadAfter() time.Duration {
+	return max(s.opts.Lease, 3*heartbeatInterval)
+}
+
 // ServerStats counts events a Server has seen since it was created.
 type ServerStats struct {
 	// Reclaimed counts requests taken over from a worker whose lease expired.
@@ -223,7 +230,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	handlersDone := make(chan struct{})
 	for _, svc := range services {
 		takers.Go(func() { run.readRequests(ctx, svc) })
-		takers.Go(func() { run.reclaim(ctx, svc) })
 		s.log.Info("rpr: serving "+svc.name, "stream", svc.requests, "concurrency", s.opts.Concurrency, "lease", s.opts.Lease)
 	}
 	helpers.Go(func() { s.heartbeatLoop(handlersDone, services) })
