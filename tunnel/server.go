@@ -38,11 +38,13 @@ type ServerOptions struct {
 	Logger *slog.Logger
 	// Lease is how long a worker's claim on a running request holds
 	// without renewal (default 5s). A worker renews the leases of its
-	// running handlers every Lease/3, so a live handler is never taken
-	// over however long it runs; when a worker dies, other workers take its
-	// requests over after at most about 1.25 Lease. Shorter leases recover
-	// faster but make a worker that stalls (GC, a frozen VM, a slow Redis)
-	// for more than Lease lose its requests; 5s keeps recovery well inside
+	// running handlers every Lease/3, so a live handler is never taken over
+	// however long it runs. When a worker dies, others take its requests
+	// over once its leases have expired and it has missed heartbeats for as
+	// long (at least 3s), found by a scan every min(Lease/4, 1s): with the
+	// default, about 5-6s after the crash. Shorter leases recover faster
+	// but make a worker that stalls (GC, a frozen VM, a slow Redis) for
+	// longer than Lease lose its requests; 5s keeps recovery well inside
 	// typical call deadlines while riding out multi-second stalls.
 	Lease time.Duration
 }
