@@ -209,6 +209,10 @@ func TestKillServerIdempotent(t *testing.T) {
 // with a fresh Redis and servers); it logs every time and the median.
 const envRecoveryRuns = "RPR_FAULT_RECOVERY_RUNS"
 
+// envRecoveryLease sets the servers' lease in TestRecoveryTimeAfterKill
+// (default 1s, to keep CI fast; 5s is the runtime's default).
+const envRecoveryLease = "RPR_FAULT_RECOVERY_LEASE"
+
 // TestRecoveryTimeAfterKill measures, without asserting it, the time from
 // SIGKILLing a worker to the first answer for a call that was running on
 // it (idempotent, so re-executed by the survivor). Run it several times
@@ -222,13 +226,20 @@ func TestRecoveryTimeAfterKill(t *testing.T) {
 		}
 		runs = n
 	}
-	const lease = time.Second
+	lease := time.Second
+	if v := os.Getenv(envRecoveryLease); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > time.Minute {
+			t.Fatalf("%s=%q: want a duration up to 1m, e.g. 5s", envRecoveryLease, v)
+		}
+		lease = d
+	}
 	var times []time.Duration
 	for i := range runs {
 		t.Run(fmt.Sprintf("kill%d", i+1), func(t *testing.T) {
 			r := runKillScenario(t, killScenario{
 				method: readMethod, calls: 40, concurrency: 10, lease: lease,
-				timeout: 15 * time.Second, inFlight: 5,
+				timeout: 15*time.Second + 2*lease, inFlight: 5,
 				in: func(int) string { return "500ms" },
 			})
 			checkOutcomes(t, r.outs, r.execs, tunnel.OK)
