@@ -303,7 +303,7 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool)
 	case state == "PROCESSING":
 		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)
 	default: // SUCCESS or FAILED: finished just as the caller gave up
-		return Errorf(code, "%s; the request was executed (state %s) but its answer came too late", prefix, state)
+		return Errorf(code, "%s while the request was executing; it ran and ended %s just as the caller gave up", prefix, state)
 	}
 }
 

@@ -76,7 +76,7 @@ func TestDeadlineDuringExecutionMayHaveExecuted(t *testing.T) {
 	}
 	// Depending on who sees the deadline first, the handler is still
 	// running or has just finished.
-	if msg := err.Error(); !strings.Contains(msg, "may have taken effect") && !strings.Contains(msg, "the request was executed") {
+	if msg := err.Error(); !strings.Contains(msg, "may have taken effect") && !strings.Contains(msg, "it ran and ended") {
 		t.Errorf("message does not say the request may have run: %v", err)
 	}
 }

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/rprtunnel/rpr/internal/redistest"
+)
+
+// TestDemoShowsTheThreeOutcomes runs `rpr demo` against a real Redis, the
+// way the README's first command does (there with the embedded one).
+func TestDemoShowsTheThreeOutcomes(t *testing.T) {
+	rs := redistest.Start(t)
+	for name, url := range map[string]string{"real redis": rs.URL(), "embedded": ""} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := runDemo(context.Background(), &out, url, false); err != nil {
+				t.Fatalf("demo: %v\n%s", err, out.String())
+			}
+			for _, want := range []string{
+				`-> OK "Hello, Ada!"`,
+				"-> INVALID_ARGUMENT: name is empty",
+				"-> DEADLINE_EXCEEDED:",
+			} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("demo output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"demo", "--help"}} {
+		root := newRootCommand()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil || !strings.Contains(out.String(), "Usage:") {
+			t.Errorf("rpr %v: %v\n%s", args, err, out.String())
+		}
+	}
+}
