@@ -2,9 +2,7 @@ package tunnel
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -58,100 +56,19 @@ func scriptOp(call *scriptCall, done func(redis.Cmder)) *pipelineOp {
 	}
 }
 
-// batcher coalesces commands from many goroutines into pipelines: a few
-// flusher goroutines each take whatever is queued (at least one op, at
-// most maxBatch) and send it in one round trip. A lone command leaves at
-// once; under load, commands that arrive while a pipeline is in flight
-// ride the next one. No lock is held during I/O.
+// batcher coalesces commands from many goroutines into pipelines (see
+// coalescer): a lone command leaves at once; under load, commands that
+// arrive while a pipeline is in flight ride the next one.
 type batcher struct {
-	rdb      redis.UniversalClient
-	ops      chan *pipelineOp
-	maxBatch int
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
+	*coalescer[*pipelineOp]
+	rdb redis.UniversalClient
 }
 
-// errBatcherClosed is returned by submit after close.
-var errBatcherClosed = errors.New("rpr: closed")
-
-// newBatcher starts flushers goroutines; stop them with close.
+// newBatcher starts a batcher; stop it with close.
 func newBatcher(rdb redis.UniversalClient, flushers, maxBatch, queueSize int) *batcher {
-	b := &batcher{rdb: rdb, ops: make(chan *pipelineOp, queueSize), maxBatch: maxBatch, stop: make(chan struct{})}
-	for range flushers {
-		b.wg.Add(1)
-		go b.flushLoop()
-	}
+	b := &batcher{rdb: rdb}
+	b.coalescer = newCoalescer(flushers, maxBatch, queueSize, b.flush)
 	return b
-}
-
-// submit queues op, waiting for room while ctx allows.
-func (b *batcher) submit(ctx context.Context, op *pipelineOp) error {
-	select {
-	case <-b.stop:
-		return errBatcherClosed
-	default:
-	}
-	select {
-	case b.ops <- op:
-		return nil
-	case <-b.stop:
-		return errBatcherClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// trySubmit queues op if there is room right now, for work that may be
-// skipped under pressure (it is done again later).
-func (b *batcher) trySubmit(op *pipelineOp) {
-	select {
-	case <-b.stop:
-	case b.ops <- op:
-	default:
-	}
-}
-
-// close sends what is queued and stops the flushers.
-func (b *batcher) close() {
-	b.stopOnce.Do(func() { close(b.stop) })
-	b.wg.Wait()
-}
-
-func (b *batcher) flushLoop() {
-	defer b.wg.Done()
-	batch := make([]*pipelineOp, 0, b.maxBatch)
-	for {
-		select {
-		case op := <-b.ops:
-			batch = b.fill(append(batch[:0], op))
-			b.flush(batch)
-			clear(batch)
-		case <-b.stop:
-			// send what is left, then exit
-			for {
-				batch = b.fill(batch[:0])
-				if len(batch) == 0 {
-					return
-				}
-				b.flush(batch)
-				clear(batch)
-			}
-		}
-	}
-}
-
-// fill adds queued ops to batch without waiting, up to maxBatch.
-func (b *batcher) fill(batch []*pipelineOp) []*pipelineOp {
-	for len(batch) < b.maxBatch {
-		select {
-		case op := <-b.ops:
-			batch = append(batch, op)
-		default:
-			return batch
-		}
-	}
-	return batch
 }
 
 // flush sends batch in one pipeline and hands each op its result. Ops

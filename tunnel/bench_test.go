@@ -2,6 +2,7 @@ package tunnel_test
 
 import (
 	"context"
+	"os"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -21,6 +22,9 @@ import (
 // commands per call (from INFO commandstats).
 //
 //	go test -run '^$' -bench UnaryEcho -benchtime 20000x ./tunnel
+//
+// With RPR_BENCH_COMMANDSTATS=1 (and -v) it also logs Redis's per-command
+// statistics and CPU time, to see where Redis spends its time.
 func BenchmarkUnaryEcho(b *testing.B) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
@@ -59,6 +63,13 @@ func BenchmarkUnaryEcho(b *testing.B) {
 	runConcurrent(b, func() error {
 		return client.Invoke(ctx, echo, in, new(wrapperspb.StringValue))
 	}, func() int64 { return commandCalls(b, rdb) }, sent)
+	if os.Getenv("RPR_BENCH_COMMANDSTATS") != "" {
+		for _, l := range strings.Split(rdb.Info(ctx, "commandstats", "cpu").Val(), "\n") {
+			if strings.HasPrefix(l, "cmdstat_") || strings.HasPrefix(l, "used_cpu_user_main") {
+				b.Log(strings.TrimSpace(l))
+			}
+		}
+	}
 }
 
 // commandCounter is a go-redis hook counting what rpr sends: commands

@@ -30,7 +30,8 @@ type serveRun struct {
 	server      *Server
 	slots       chan struct{} // one token per entry being handled
 	handlers    sync.WaitGroup
-	completions *batcher
+	completions *batcher // dead letters and answers to undecodable requests
+	completer   *completer
 	running     runningSet
 }
 
@@ -390,27 +391,23 @@ func (r *serveRun) complete(svc *serverService, req *received, resp *responseEnv
 		log.Error("rpr: encode response", "error", err)
 		return
 	}
-	call := &scriptCall{
-		script: completeScript,
-		keys:   []string{svc.requests, req.env.ReplyTo, s.keys.state(svc.name, req.env.ID)},
-		args:   []any{workersGroup, req.entryID, raw, s.opts.WorkerID, final, max(ttl, time.Millisecond).Milliseconds()},
-	}
+	comp := &completion{svc: svc, req: req, raw: raw, final: final, ttlMs: max(ttl, time.Millisecond).Milliseconds()}
 	giveUp := time.Now().Add(ttl)
 	backoff := newBackoff(50*time.Millisecond, time.Second)
 	for {
-		n, err := r.runScript(call).(*redis.Cmd).Int()
+		res := r.completer.complete(comp)
 		switch {
-		case err == nil && n == -1:
+		case res.err == nil && res.n == -1:
 			s.stats.leasesLost.Add(1)
 			log.Warn("rpr: lost this request to another worker (lease expired); response not written")
-		case err == nil && n == 0:
+		case res.err == nil && res.n == 0:
 			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
-		case err != nil && time.Now().Before(giveUp):
-			log.Warn("rpr: write response failed; retrying", "error", err)
+		case res.err != nil && time.Now().Before(giveUp):
+			log.Warn("rpr: write response failed; retrying", "error", res.err)
 			backoff.wait(context.Background())
 			continue
-		case err != nil:
-			log.Error("rpr: write response failed until the request's state expired; giving up (the caller has timed out)", "error", err)
+		case res.err != nil:
+			log.Error("rpr: write response failed until the request's state expired; giving up (the caller has timed out)", "error", res.err)
 		}
 		return
 	}

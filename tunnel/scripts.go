@@ -119,31 +119,46 @@ end
 return out
 `)
 
-// completeScript finishes a request: it records the final state and
-// response, writes the response to the caller's stream, and retires the
-// entry, all at once, so the entry is acknowledged only with its answer.
-// It is fenced: a worker that no longer holds the request (its lease was
-// taken over) writes nothing.
+// completeScript finishes a batch of requests of one service: for each it
+// records the final state and response and writes the response to the
+// caller's stream; then it acknowledges and removes all their entries at
+// once, so an entry is acknowledged only with its answer. One call covers
+// many completions, which spreads the cost of running a script. Each
+// completion is fenced: a worker that no longer holds the request (it was
+// taken over) writes nothing for it.
 //
-//	KEYS[1] request stream   KEYS[2] caller's response stream   KEYS[3] state hash
-//	ARGV[1] consumer group   ARGV[2] request entry id   ARGV[3] response envelope
-//	ARGV[4] worker id        ARGV[5] SUCCESS | FAILED    ARGV[6] state TTL ms
+//	KEYS[1] request stream
+//	KEYS[2k] caller's response stream of request k   KEYS[2k+1] its state hash
+//	ARGV[1] consumer group   ARGV[2] worker id
+//	ARGV[4k-1..4k+2] request k: entry id, response envelope, SUCCESS | FAILED, state TTL ms
 //
-// Returns 1 when the response was written, 0 when the response stream no
-// longer exists (the caller is gone; nothing is created for it), and -1
-// when this worker lost the request (fenced).
+// Returns one result per request: 1 when the response was written, 0 when
+// the response stream no longer exists (the caller is gone; nothing is
+// created for it), -1 when this worker lost the request (fenced).
 var completeScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[3], 'state', 'worker')
-if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[4] then
-  return -1
+local out, done = {}, {}
+for k = 1, (#KEYS - 1) / 2 do
+  local reply, st = KEYS[2 * k], KEYS[2 * k + 1]
+  local entry, resp = ARGV[4 * k - 1], ARGV[4 * k]
+  local cur = redis.call('HMGET', st, 'state', 'worker')
+  if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
+    out[k] = -1
+  else
+    redis.call('HSET', st, 'state', ARGV[4 * k + 1], 'resp', resp)
+    redis.call('PEXPIRE', st, ARGV[4 * k + 2])
+    if redis.call('XADD', reply, 'NOMKSTREAM', '*', 'e', resp) then
+      out[k] = 1
+    else
+      out[k] = 0
+    end
+    done[#done + 1] = entry
+  end
 end
-redis.call('HSET', KEYS[3], 'state', ARGV[5], 'resp', ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
-local written = redis.call('XADD', KEYS[2], 'NOMKSTREAM', '*', 'e', ARGV[3])
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-if written then return 1 end
-return 0
+if #done > 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
+  redis.call('XDEL', KEYS[1], unpack(done))
+end
+return out
 `)
 
 // extendScript renews the leases of the requests a worker is running and

@@ -110,6 +110,12 @@ type serverService struct {
 	impl     any
 	methods  map[string]*MethodDesc
 	requests string // request stream key
+	keys     keyspace
+}
+
+// stateKey is the state hash of one of the service's requests.
+func (svc *serverService) stateKey(requestID string) string {
+	return svc.keys.state(svc.name, requestID)
 }
 
 // NewServer returns a Server that serves through rdb. rdb stays the
@@ -185,6 +191,7 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 		impl:     impl,
 		methods:  make(map[string]*MethodDesc, len(desc.Methods)),
 		requests: s.keys.requests(desc.ServiceName),
+		keys:     s.keys,
 	}
 	for i := range desc.Methods {
 		svc.methods[desc.Methods[i].Name] = &desc.Methods[i]
@@ -223,7 +230,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	run := &serveRun{
 		server:      s,
 		slots:       make(chan struct{}, s.opts.Concurrency),
-		completions: newBatcher(s.rdb, 4, 256, s.opts.Concurrency),
+		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency),
+		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Concurrency),
 	}
 	// Readers and reclaimers stop taking requests when ctx ends; the
 	// goroutines that serve running handlers (heartbeat, lease extension,
@@ -245,6 +253,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	close(handlersDone)
 	helpers.Wait()
 	run.completions.close()
+	run.completer.close()
 	s.removeHeartbeats(services)
 	s.log.Info("rpr: stopped")
 	return nil

@@ -1,0 +1,99 @@
+package tunnel
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// completion is one request's final answer waiting to be written.
+type completion struct {
+	svc   *serverService
+	req   *received
+	raw   []byte // encoded response envelope
+	final string // SUCCESS or FAILED
+	ttlMs int64  // how long the state keeps the answer
+	// result receives completeScript's verdict (1 written, 0 caller gone,
+	// -1 fenced) or an error.
+	result chan completionResult
+}
+
+type completionResult struct {
+	n   int64
+	err error
+}
+
+// completer writes completions in batches: whatever is queued when a
+// flusher is free goes out as one completeScript call per service, all in
+// one pipeline. Under load that is one script run for dozens of requests.
+type completer struct {
+	*coalescer[*completion]
+	rdb      redis.UniversalClient
+	workerID string
+}
+
+func newCompleter(rdb redis.UniversalClient, workerID string, queueSize int) *completer {
+	c := &completer{rdb: rdb, workerID: workerID}
+	c.coalescer = newCoalescer(4, 128, queueSize, c.flush)
+	return c
+}
+
+// complete queues one completion and waits for its result.
+func (c *completer) complete(comp *completion) completionResult {
+	comp.result = make(chan completionResult, 1)
+	if err := c.submit(context.Background(), comp); err != nil {
+		return completionResult{err: err}
+	}
+	return <-comp.result
+}
+
+// flush writes batch, one script call per service.
+func (c *completer) flush(batch []*completion) {
+	// The answers must be written whatever happens to the callers, so the
+	// calls run on their own context.
+	ctx := context.Background()
+	type group struct {
+		items []*completion
+		call  *scriptCall
+		cmd   *redis.Cmd
+	}
+	var groups []*group
+	byService := map[*serverService]*group{}
+	for _, comp := range batch {
+		g := byService[comp.svc]
+		if g == nil {
+			g = &group{call: &scriptCall{
+				script: completeScript,
+				keys:   []string{comp.svc.requests},
+				args:   []any{workersGroup, c.workerID},
+			}}
+			byService[comp.svc] = g
+			groups = append(groups, g)
+		}
+		g.items = append(g.items, comp)
+		g.call.keys = append(g.call.keys, comp.req.env.ReplyTo, comp.svc.stateKey(comp.req.env.ID))
+		g.call.args = append(g.call.args, comp.req.entryID, comp.raw, comp.final, comp.ttlMs)
+	}
+	pipe := c.rdb.Pipeline()
+	for _, g := range groups {
+		g.cmd = g.call.script.EvalSha(ctx, pipe, g.call.keys, g.call.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for _, g := range groups {
+		if isNoScript(g.cmd.Err()) {
+			g.cmd = g.call.script.Eval(ctx, c.rdb, g.call.keys, g.call.args...)
+		}
+		results, err := g.cmd.Int64Slice()
+		if err == nil && len(results) != len(g.items) {
+			err = fmt.Errorf("complete script answered %d results for %d requests", len(results), len(g.items))
+		}
+		for i, comp := range g.items {
+			if err != nil {
+				comp.result <- completionResult{err: err}
+			} else {
+				comp.result <- completionResult{n: results[i]}
+			}
+		}
+	}
+}
