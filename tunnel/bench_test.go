@@ -2,8 +2,8 @@ package tunnel_test
 
 import (
 	"context"
-	"os"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
