@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/internal/logcapture"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -217,10 +218,10 @@ func (w *world) startLocalServer(opts tunnel.ServerOptions) *localServer {
 			return
 		}
 		// Warnings are the runtime's account of the faults: show a few.
-		if warns := logs.lines("level=WARN"); len(warns) > 0 {
+		if warns := logs.Lines("level=WARN"); len(warns) > 0 {
 			w.t.Logf("server logged %d warnings, e.g.:\n%s", len(warns), strings.Join(warns[:min(len(warns), 3)], "\n"))
 		}
-		if errs := logs.lines("level=ERROR"); len(errs) > 0 {
+		if errs := logs.Lines("level=ERROR"); len(errs) > 0 {
 			w.t.Logf("server logged %d errors, e.g.:\n%s", len(errs), strings.Join(errs[:min(len(errs), 3)], "\n"))
 		}
 	})
@@ -461,34 +462,8 @@ func checkOutcomes(t *testing.T, outs []outcome, execs map[string]int, allowed .
 	return tl
 }
 
-// logBuffer collects log output.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines returns the log lines that contain substr.
-func (l *logBuffer) lines(substr string) []string {
-	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
-		if strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
+// logBuffer collects log output for assertions.
+type logBuffer = logcapture.Buffer
 
 // envShowLogs, when set, makes every test log the full output of its
 // servers and clients, in-process or not (with -v, or on failure).

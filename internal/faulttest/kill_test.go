@@ -104,7 +104,7 @@ func sleepMix(i int) string {
 // response for (it logs a response for a call no longer waiting).
 func duplicateAnswers(c *localClient, ids map[string]bool) []string {
 	var dup []string
-	for _, line := range c.logs.lines("no longer waiting") {
+	for _, line := range c.logs.Lines("no longer waiting") {
 		for rid := range ids {
 			if strings.Contains(line, rid) {
 				dup = append(dup, rid)

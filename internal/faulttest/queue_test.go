@@ -159,7 +159,7 @@ func TestDuplicateDeliveryResendsStoredResponse(t *testing.T) {
 				return true
 			}
 		}
-		for _, line := range c.logs.lines("no longer waiting") {
+		for _, line := range c.logs.Lines("no longer waiting") {
 			logged = logged || strings.Contains(line, first.rid)
 		}
 		return logged

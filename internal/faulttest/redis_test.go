@@ -256,7 +256,7 @@ func TestRedisOutageWhileHandlersFinish(t *testing.T) {
 	tl := checkOutcomes(t, outs, w.execs(), tunnel.OK, tunnel.Unavailable, tunnel.DeadlineExceeded)
 	self := srv.srv.WorkerID()
 	var own []string
-	for _, line := range srv.logs.lines("took over a request") {
+	for _, line := range srv.logs.Lines("took over a request") {
 		if strings.Contains(line, "previous_worker="+self) {
 			own = append(own, line)
 		}
