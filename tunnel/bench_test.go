@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rprtunnel/rpr/internal/redistest"
@@ -25,13 +28,26 @@ import (
 //
 // With RPR_BENCH_COMMANDSTATS=1 (and -v) it also logs Redis's per-command
 // statistics and CPU time, to see where Redis spends its time.
-func BenchmarkUnaryEcho(b *testing.B) {
+func BenchmarkUnaryEcho(b *testing.B) { benchmarkEcho(b, nil) }
+
+// BenchmarkUnaryEchoTraced is BenchmarkUnaryEcho with tracing on: every
+// call sampled, spans batched to an exporter that drops them. Compare the
+// two in one run to see what tracing costs.
+func BenchmarkUnaryEchoTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	defer tp.Shutdown(context.Background())
+	benchmarkEcho(b, tp)
+}
+
+func benchmarkEcho(b *testing.B, tp trace.TracerProvider) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
 	sent := &commandCounter{}
 	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
-	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
+	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet, TracerProvider: tp})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -46,7 +62,7 @@ func BenchmarkUnaryEcho(b *testing.B) {
 		stop()
 		<-served
 	}()
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet, TracerProvider: tp})
 	if err != nil {
 		b.Fatal(err)
 	}

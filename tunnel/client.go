@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -46,6 +48,13 @@ type ClientOptions struct {
 	Interceptors []UnaryClientInterceptor
 	// Logger receives the client's log lines (default slog.Default()).
 	Logger *slog.Logger
+	// TracerProvider makes the client's spans (default: the global one,
+	// otel.GetTracerProvider). Each call gets a CLIENT span whose context
+	// travels with the request, so the server's span is its child.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the trace context into the request's metadata
+	// (default: W3C Trace Context). Servers must use the same format.
+	Propagator propagation.TextMapPropagator
 }
 
 // responseGroup is the consumer group a client reads its response stream
@@ -72,6 +81,7 @@ type Client struct {
 	interceptor UnaryClientInterceptor
 	writer      *batcher
 	clock       redisClock
+	tracing     tracing
 
 	// ctx ends when the client closes; it bounds every background goroutine.
 	ctx    context.Context
@@ -122,6 +132,7 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 		log:         opts.Logger.With("rpr_client", opts.ID),
 		interceptor: chainClientInterceptors(opts.Interceptors),
 		writer:      newBatcher(rdb, 4, 512, 4096),
+		tracing:     newTracing(opts.TracerProvider, opts.Propagator),
 		ctx:         ctx,
 		cancel:      cancel,
 		services:    map[string]*clientService{},
@@ -146,7 +157,7 @@ type callResult struct {
 	err  error
 }
 
-func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) error {
+func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
 	cfg := callConfig{retry: method.Retry}
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -156,6 +167,9 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	if cfg.requestID != nil {
 		*cfg.requestID = rid
 	}
+	ctx, span := c.tracing.startClient(ctx, full, rid)
+	defer func() { endSpan(span, err) }()
+	cfg.header = c.tracing.inject(ctx, cfg.header)
 
 	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))
 	defer cancel()
@@ -170,6 +184,7 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	call := &outgoingCall{method: method, full: full, id: rid, payload: payload, cfg: &cfg}
 	policy := cfg.retry.withDefaults()
 	for attempt := 1; ; attempt++ {
+		span.SetAttributes(attrAttempt.Int(attempt))
 		err := c.attempt(ctx, call, attempt, reply)
 		if err == nil || cfg.retry == nil || !policy.allows(err, method, attempt) {
 			return err

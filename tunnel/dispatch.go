@@ -291,7 +291,10 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 	defer cancelCause(nil)
 	defer r.running.add(req.env.ID, &runningRequest{service: svc, entryID: req.entryID, cancel: cancelCause})()
 
+	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
+	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
 	var resp *responseEnvelope
+	defer func() { endSpan(span, resp.asError()) }()
 	if d.what == "orphan" {
 		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.detail)
 		resp = errorResponse(req.env.ID, Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.detail, req.env.ID, req.env.Method))
@@ -361,6 +364,14 @@ func (r *serveRun) runHandler(ctx context.Context, svc *serverService, method *M
 		err = Errorf(Internal, "[%s] %s: handler returned neither a reply nor an error", env.ID, env.Method)
 	}
 	return reply, err
+}
+
+// asError returns the status a response carries, nil for OK.
+func (resp *responseEnvelope) asError() error {
+	if resp == nil || resp.Code == OK {
+		return nil
+	}
+	return &Error{code: resp.Code, message: resp.Message}
 }
 
 // errorResponse builds a response carrying err as a status.

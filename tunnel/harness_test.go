@@ -115,7 +115,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	e.server.RegisterService(&echoDesc, e.handlers())
-	e.client, err = tunnel.NewClient(e.rdb, cfg.client)
+	// The client has a Redis connection of its own, as it would in another
+	// process on another network.
+	e.client, err = tunnel.NewClient(rs.Client(t), cfg.client)
 	if err != nil {
 		t.Fatal(err)
 	}

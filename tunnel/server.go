@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ServerOptions configure a Server. The zero value works.
@@ -47,6 +49,13 @@ type ServerOptions struct {
 	// longer than Lease lose its requests; 5s keeps recovery well inside
 	// typical call deadlines while riding out multi-second stalls.
 	Lease time.Duration
+	// TracerProvider makes the server's spans (default: the global one).
+	// Each request gets a SERVER span, a child of the caller's span, with
+	// the time it waited in the queue; handlers see it in their context.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the caller's trace context from the request's
+	// metadata (default: W3C Trace Context).
+	Propagator propagation.TextMapPropagator
 }
 
 // deadAfter is how long a worker may stay silent (no heartbeat) before
@@ -98,6 +107,7 @@ type Server struct {
 	clock       redisClock
 	created     time.Time
 	stats       serverStats
+	tracing     tracing
 
 	mu       sync.Mutex
 	services map[string]*serverService
@@ -157,6 +167,7 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 		log:         opts.Logger.With("rpr_worker", opts.WorkerID),
 		interceptor: chainServerInterceptors(opts.Interceptors),
 		created:     time.Now(),
+		tracing:     newTracing(opts.TracerProvider, opts.Propagator),
 		services:    map[string]*serverService{},
 	}, nil
 }
