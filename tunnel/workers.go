@@ -27,7 +27,8 @@ const (
 )
 
 // countLiveWorkers counts workers whose last beat is within liveWindow of
-// redisNowMillis. Entries that do not parse do not count.
+// redisNowMillis. Entries that do not parse do not count. (CheckHealth
+// applies the same rule.)
 func countLiveWorkers(hash map[string]string, redisNowMillis int64) int {
 	live := 0
 	for _, raw := range hash {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,7 +18,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	if err != nil {
+	var exit exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		if exit.cause != nil {
+			fmt.Fprintln(os.Stderr, "rpr:", exit.cause)
+		}
+		os.Exit(exit.code)
+	default:
 		fmt.Fprintln(os.Stderr, "rpr:", err)
 		os.Exit(1)
 	}
@@ -35,6 +44,6 @@ Start with "rpr demo".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCommand())
+	root.AddCommand(newDemoCommand(), newHealthCommand())
 	return root
 }

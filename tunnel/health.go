@@ -1,0 +1,81 @@
+package tunnel
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WorkerStatus describes one worker of a service, as its heartbeats show it.
+type WorkerStatus struct {
+	// ID is the worker id (ServerOptions.WorkerID).
+	ID string
+	// Host and PID say where it runs.
+	Host string
+	PID  int
+	// Started is when its server was created.
+	Started time.Time
+	// LastBeat is its last heartbeat, on Redis's clock.
+	LastBeat time.Time
+	// Live is true when the last beat is recent enough for clients to
+	// send it calls.
+	Live bool
+}
+
+// Health is what Redis knows about a service's servers.
+type Health struct {
+	// Service is the fully qualified service name.
+	Service string
+	// Workers lists the workers heard from recently, live ones first.
+	Workers []WorkerStatus
+}
+
+// Serving reports whether at least one live worker serves the service;
+// this is what a readiness probe wants.
+func (h Health) Serving() bool {
+	return len(h.Workers) > 0 && h.Workers[0].Live
+}
+
+// CheckHealth reads the heartbeats of service's workers under prefix (""
+// for DefaultPrefix). It fails only when Redis cannot be read; a service
+// with no live worker is a Health whose Serving is false.
+func CheckHealth(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (Health, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	keys := keyspace{prefix: prefix}
+	pipe := rdb.Pipeline()
+	now := pipe.Time(ctx)
+	beats := pipe.HGetAll(ctx, keys.workers(service))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Health{}, fmt.Errorf("rpr: read heartbeats of %s: %w", service, err)
+	}
+	redisNow := now.Val().UnixMilli()
+	h := Health{Service: service}
+	for id, raw := range beats.Val() {
+		var w workerInfo
+		if json.Unmarshal([]byte(raw), &w) != nil {
+			continue
+		}
+		h.Workers = append(h.Workers, WorkerStatus{
+			ID:       id,
+			Host:     w.Host,
+			PID:      w.PID,
+			Started:  time.UnixMilli(w.Started),
+			LastBeat: time.UnixMilli(w.BeatMillis),
+			Live:     redisNow-w.BeatMillis <= liveWindow.Milliseconds(),
+		})
+	}
+	sort.Slice(h.Workers, func(i, j int) bool {
+		a, b := h.Workers[i], h.Workers[j]
+		if a.Live != b.Live {
+			return a.Live
+		}
+		return a.ID < b.ID
+	})
+	return h, nil
+}
