@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
@@ -55,6 +56,9 @@ type ClientOptions struct {
 	// Propagator writes the trace context into the request's metadata
 	// (default: W3C Trace Context). Servers must use the same format.
 	Propagator propagation.TextMapPropagator
+	// MeterProvider makes the client's instruments (default: the global
+	// one): call duration by method and code, and calls in flight.
+	MeterProvider metric.MeterProvider
 }
 
 // responseGroup is the consumer group a client reads its response stream
@@ -82,6 +86,7 @@ type Client struct {
 	writer      *batcher
 	clock       redisClock
 	tracing     tracing
+	metrics     callMetrics
 
 	// ctx ends when the client closes; it bounds every background goroutine.
 	ctx    context.Context
@@ -124,8 +129,13 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	metrics, err := newClientMetrics(opts.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("rpr: client metrics: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
+		metrics:     metrics,
 		rdb:         rdb,
 		opts:        opts,
 		keys:        keyspace{prefix: opts.Prefix},
@@ -168,7 +178,11 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 		*cfg.requestID = rid
 	}
 	ctx, span := c.tracing.startClient(ctx, full, rid)
-	defer func() { endSpan(span, err) }()
+	measured := c.metrics.start(ctx, full)
+	defer func() {
+		measured(err)
+		endSpan(span, err)
+	}()
 	cfg.header = c.tracing.inject(ctx, cfg.header)
 
 	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -33,6 +35,7 @@ type serveRun struct {
 	completions *batcher // dead letters and answers to undecodable requests
 	completer   *completer
 	running     runningSet
+	metrics     callMetrics
 }
 
 // received is a decoded request entry a worker holds.
@@ -293,8 +296,13 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
 	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
+	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), metric.WithAttributeSet(attribute.NewSet(rpcAttributes(req.env.Method)...)))
+	measured := r.metrics.start(ctx, req.env.Method)
 	var resp *responseEnvelope
-	defer func() { endSpan(span, resp.asError()) }()
+	defer func() {
+		measured(resp.asError())
+		endSpan(span, resp.asError())
+	}()
 	if d.what == "orphan" {
 		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.detail)
 		resp = errorResponse(req.env.ID, Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.detail, req.env.ID, req.env.Method))

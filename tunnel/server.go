@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -56,6 +57,14 @@ type ServerOptions struct {
 	// Propagator reads the caller's trace context from the request's
 	// metadata (default: W3C Trace Context).
 	Propagator propagation.TextMapPropagator
+	// MeterProvider makes the server's instruments (default: the global
+	// one): handler duration by method and code, queue wait, requests in
+	// flight. Ignored when PrometheusAddr is set.
+	MeterProvider metric.MeterProvider
+	// PrometheusAddr, when set (e.g. ":9464"), makes Serve expose the
+	// server's metrics at http://PrometheusAddr/metrics for as long as it
+	// runs, through the OpenTelemetry Prometheus exporter.
+	PrometheusAddr string
 }
 
 // deadAfter is how long a worker may stay silent (no heartbeat) before
@@ -109,9 +118,10 @@ type Server struct {
 	stats       serverStats
 	tracing     tracing
 
-	mu       sync.Mutex
-	services map[string]*serverService
-	started  bool
+	mu          sync.Mutex
+	services    map[string]*serverService
+	started     bool
+	metricsAddr string // where PrometheusAddr ended up listening
 }
 
 // serverService is a registered service.
@@ -170,6 +180,15 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 		tracing:     newTracing(opts.TracerProvider, opts.Propagator),
 		services:    map[string]*serverService{},
 	}, nil
+}
+
+// MetricsAddr returns the address the Prometheus endpoint listens on, once
+// Serve has started it ("" without ServerOptions.PrometheusAddr). Useful
+// with PrometheusAddr "127.0.0.1:0".
+func (s *Server) MetricsAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.metricsAddr
 }
 
 // WorkerID returns the id this server's worker uses.
@@ -237,12 +256,39 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err := s.prepare(ctx, services); err != nil {
 		return err
 	}
+	meterProvider := s.opts.MeterProvider
+	if s.opts.PrometheusAddr != "" {
+		endpoint, err := newPrometheusEndpoint(s.opts.PrometheusAddr)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.metricsAddr = endpoint.listener.Addr().String()
+		s.mu.Unlock()
+		meterProvider = endpoint.provider
+		go func() {
+			if err := endpoint.serve(); err != nil {
+				s.log.Error("rpr: metrics endpoint stopped", "error", err)
+			}
+		}()
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			endpoint.close(ctx)
+		}()
+		s.log.Info("rpr: serving metrics", "url", "http://"+s.metricsAddr+"/metrics")
+	}
+	metrics, err := newServerMetrics(meterProvider)
+	if err != nil {
+		return fmt.Errorf("rpr: server metrics: %w", err)
+	}
 
 	run := &serveRun{
 		server:      s,
 		slots:       make(chan struct{}, s.opts.Concurrency),
 		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency),
 		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Concurrency),
+		metrics:     metrics,
 	}
 	// Readers and reclaimers stop taking requests when ctx ends; the
 	// goroutines that serve running handlers (heartbeat, lease extension,

@@ -1,0 +1,136 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// Metric names. Durations are in seconds, as OpenTelemetry's RPC
+// conventions ask; the Prometheus exporter adds the unit suffix
+// (rpr_client_call_duration_seconds, ...).
+const (
+	metricClientDuration = "rpr.client.call.duration"
+	metricClientInFlight = "rpr.client.calls.in_flight"
+	metricServerDuration = "rpr.server.call.duration"
+	metricServerInFlight = "rpr.server.calls.in_flight"
+	metricQueueWait      = "rpr.server.queue_wait"
+)
+
+// durationBuckets spans a fast local call to a slow queued one.
+var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// callMetrics are the instruments of one side (client or server).
+type callMetrics struct {
+	duration  metric.Float64Histogram
+	inFlight  metric.Int64UpDownCounter
+	queueWait metric.Float64Histogram // server only
+}
+
+// newClientMetrics makes a Client's instruments from mp (default: the
+// global MeterProvider).
+func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
+	meter := meterOf(mp)
+	var m callMetrics
+	var err1, err2 error
+	m.duration, err1 = meter.Float64Histogram(metricClientDuration,
+		metric.WithDescription("Time from a call's start to its outcome as the caller sees it, retries included."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	m.inFlight, err2 = meter.Int64UpDownCounter(metricClientInFlight,
+		metric.WithDescription("Calls started and not yet finished."), metric.WithUnit("{call}"))
+	return m, errors.Join(err1, err2)
+}
+
+// newServerMetrics makes a Server's instruments from mp.
+func newServerMetrics(mp metric.MeterProvider) (callMetrics, error) {
+	meter := meterOf(mp)
+	var m callMetrics
+	var err1, err2, err3 error
+	m.duration, err1 = meter.Float64Histogram(metricServerDuration,
+		metric.WithDescription("Time a handler took, from claiming the request to its answer being written."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	m.inFlight, err2 = meter.Int64UpDownCounter(metricServerInFlight,
+		metric.WithDescription("Requests being handled."), metric.WithUnit("{call}"))
+	m.queueWait, err3 = meter.Float64Histogram(metricQueueWait,
+		metric.WithDescription("Time a request waited in Redis between the client sending it and a worker taking it."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
+	return m, errors.Join(err1, err2, err3)
+}
+
+func meterOf(mp metric.MeterProvider) metric.Meter {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return mp.Meter(tracerName)
+}
+
+// methodAttributes are the attributes a call's measurements carry.
+func methodAttributes(fullMethod string, code Code) metric.MeasurementOption {
+	attrs := append(rpcAttributes(fullMethod), attrStatusCode.Int(int(code)))
+	return metric.WithAttributeSet(attribute.NewSet(attrs...))
+}
+
+// start counts a call in flight and returns the func that records its end.
+func (m callMetrics) start(ctx context.Context, fullMethod string) func(error) {
+	began := time.Now()
+	inFlight := metric.WithAttributeSet(attribute.NewSet(rpcAttributes(fullMethod)...))
+	m.inFlight.Add(ctx, 1, inFlight)
+	return func(err error) {
+		m.inFlight.Add(ctx, -1, inFlight)
+		m.duration.Record(ctx, time.Since(began).Seconds(), methodAttributes(fullMethod, CodeOf(err)))
+	}
+}
+
+// prometheusEndpoint serves a MeterProvider's metrics at /metrics on addr,
+// for ServerOptions.PrometheusAddr.
+type prometheusEndpoint struct {
+	provider *sdkmetric.MeterProvider
+	server   *http.Server
+	listener net.Listener
+}
+
+// newPrometheusEndpoint listens on addr (":9464", "127.0.0.1:0", ...) and
+// returns a MeterProvider whose instruments it exposes.
+func newPrometheusEndpoint(addr string) (*prometheusEndpoint, error) {
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if err != nil {
+		return nil, fmt.Errorf("rpr: Prometheus exporter: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("rpr: ServerOptions.PrometheusAddr %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	return &prometheusEndpoint{
+		provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
+		server:   &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		listener: ln,
+	}, nil
+}
+
+// serve runs until close.
+func (p *prometheusEndpoint) serve() error {
+	if err := p.server.Serve(p.listener); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// close stops the HTTP server and the provider.
+func (p *prometheusEndpoint) close(ctx context.Context) {
+	_ = p.server.Shutdown(ctx)
+	_ = p.provider.Shutdown(ctx)
+}

@@ -1,0 +1,73 @@
+package tunnel_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+func TestServerExposesPrometheusMetrics(t *testing.T) {
+	e := newEnv(t, envConfig{server: tunnel.ServerOptions{PrometheusAddr: "127.0.0.1:0"}})
+	if _, err := e.call(context.Background(), "Fail", "x"); tunnel.CodeOf(err) != tunnel.NotFound {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + e.server.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	text := string(body)
+	for _, want := range []string{
+		`rpr_server_call_duration_seconds_count{`,
+		`rpc_method="Fail"`,
+		`rpc_rpr_status_code="5"`,
+		`rpr_server_queue_wait_seconds_bucket{`,
+		`rpr_server_calls_in_flight{`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
+
+func TestClientRecordsCallDurationByCode(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	e := newEnv(t, envConfig{client: tunnel.ClientOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}})
+	if _, err := e.call(context.Background(), "Fail", "x"); tunnel.CodeOf(err) != tunnel.NotFound {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if m.Name != "rpr.client.call.duration" || !ok {
+				continue
+			}
+			for _, dp := range h.DataPoints {
+				code, _ := dp.Attributes.Value("rpc.rpr.status_code")
+				method, _ := dp.Attributes.Value("rpc.method")
+				if code.AsInt64() == int64(tunnel.NotFound) && method.AsString() == "Fail" && dp.Count == 1 {
+					found = true
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no rpr.client.call.duration point for Fail with NOT_FOUND: %+v", rm)
+	}
+}
