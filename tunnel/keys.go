@@ -51,3 +51,6 @@ func (k keyspace) cancels(service string) string { return k.tag(service) + ":can
 
 // workers is the hash of worker heartbeats: worker id -> JSON info.
 func (k keyspace) workers(service string) string { return k.tag(service) + ":workers" }
+
+// schema is the service's published FileDescriptorSet (see registry.go).
+func (k keyspace) schema(service string) string { return k.tag(service) + ":schema" }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -133,4 +134,55 @@ func (p *prometheusEndpoint) serve() error {
 func (p *prometheusEndpoint) close(ctx context.Context) {
 	_ = p.server.Shutdown(ctx)
 	_ = p.provider.Shutdown(ctx)
+}
+
+// serviceGauges registers observable gauges of each service's queue (the
+// InspectService view), read from Redis when the metrics are collected:
+// one pipelined round trip per service per scrape. The returned
+// registration must be unregistered when the server stops.
+func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix string, services []string) (metric.Registration, error) {
+	meter := meterOf(mp)
+	type gauge struct {
+		inst  metric.Float64ObservableGauge
+		value func(ServiceStats) float64
+	}
+	defs := []struct {
+		name, unit, desc string
+		value            func(ServiceStats) float64
+	}{
+		{"rpr.queue.length", "{request}", "Requests in the service's stream: waiting plus being worked on.", func(s ServiceStats) float64 { return float64(s.Length) }},
+		{"rpr.queue.lag", "{request}", "Requests no worker has read yet.", func(s ServiceStats) float64 { return float64(s.Lag) }},
+		{"rpr.queue.pending", "{request}", "Requests read by a worker and not yet acknowledged.", func(s ServiceStats) float64 { return float64(s.Pending) }},
+		{"rpr.queue.oldest_pending_age", "s", "Age of the oldest pending request.", func(s ServiceStats) float64 { return s.OldestPending.Seconds() }},
+		{"rpr.queue.consumers", "{consumer}", "Consumers the workers group knows (live or not).", func(s ServiceStats) float64 { return float64(s.Consumers) }},
+		{"rpr.dlq.length", "{request}", "Entries in the service's dead-letter stream.", func(s ServiceStats) float64 { return float64(s.DeadLetters) }},
+		{"rpr.workers.live", "{worker}", "Workers with a heartbeat in the last 5s.", func(s ServiceStats) float64 { return float64(s.LiveWorkers) }},
+	}
+	gauges := make([]gauge, len(defs))
+	observables := make([]metric.Observable, len(defs))
+	for i, d := range defs {
+		inst, err := meter.Float64ObservableGauge(d.name, metric.WithUnit(d.unit), metric.WithDescription(d.desc))
+		if err != nil {
+			return nil, err
+		}
+		gauges[i] = gauge{inst: inst, value: d.value}
+		observables[i] = inst
+	}
+	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var errs []error
+		for _, service := range services {
+			stats, err := InspectService(ctx, rdb, prefix, service)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("rpc.service", service)))
+			for _, g := range gauges {
+				o.ObserveFloat64(g.inst, g.value(stats), attrs)
+			}
+		}
+		return errors.Join(errs...)
+	}, observables...)
 }

@@ -31,6 +31,10 @@ func TestServerExposesPrometheusMetrics(t *testing.T) {
 		`rpc_rpr_status_code="5"`,
 		`rpr_server_queue_wait_seconds_bucket{`,
 		`rpr_server_calls_in_flight{`,
+		`rpr_queue_length{`,
+		`rpr_queue_oldest_pending_age_seconds{`,
+		`rpr_workers_live{`,
+		`rpr_dlq_length{`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -282,6 +282,15 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rpr: server metrics: %w", err)
 	}
+	names := make([]string, len(services))
+	for i, svc := range services {
+		names[i] = svc.name
+	}
+	gauges, err := serviceGauges(meterProvider, s.rdb, s.opts.Prefix, names)
+	if err != nil {
+		return fmt.Errorf("rpr: server metrics: %w", err)
+	}
+	defer func() { _ = gauges.Unregister() }()
 
 	run := &serveRun{
 		server:      s,
@@ -331,6 +340,7 @@ func (s *Server) prepare(ctx context.Context, services []*serverService) error {
 			return fmt.Errorf("rpr: load Lua scripts: %w", err)
 		}
 	}
+	s.publishSchemas(ctx, services) // before the first beat: a live worker's schema is there
 	if err := s.heartbeat(ctx, services); err != nil {
 		return fmt.Errorf("rpr: first heartbeat: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -23,11 +24,11 @@ func main() {
 	case err == nil:
 	case errors.As(err, &exit):
 		if exit.cause != nil {
-			fmt.Fprintln(os.Stderr, "rpr:", exit.cause)
+			fmt.Fprintln(os.Stderr, "rpr:", strings.TrimPrefix(exit.cause.Error(), "rpr: "))
 		}
 		os.Exit(exit.code)
 	default:
-		fmt.Fprintln(os.Stderr, "rpr:", err)
+		fmt.Fprintln(os.Stderr, "rpr:", strings.TrimPrefix(err.Error(), "rpr: "))
 		os.Exit(1)
 	}
 }
@@ -44,6 +45,6 @@ Start with "rpr demo".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCommand(), newHealthCommand())
+	root.AddCommand(newDemoCommand(), newHealthCommand(), newLsCommand(), newDescribeCommand(), newCallCommand(), newStatsCommand(), newTopCommand())
 	return root
 }

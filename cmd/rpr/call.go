@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+// callDefaultTimeout bounds a call whose method sets no timeout and whose
+// --timeout is not given: shorter than a program's default, since a person
+// is waiting.
+const callDefaultTimeout = 10 * time.Second
+
+func newCallCommand() *cobra.Command {
+	var rf redisFlags
+	var headers []string
+	var timeout time.Duration
+	var emitDefaults, verbose bool
+	cmd := &cobra.Command{
+		Use:   "call pkg.Service/Method [JSON | @file | -]",
+		Short: "Call a method with JSON in and JSON out, using the schema its servers published",
+		Long: `call invokes one method through Redis, like grpcurl: the request is JSON (the
+protobuf JSON mapping of the method's input message), given inline, read
+from a file (@file) or from stdin (-); it defaults to {}. The response is
+printed as JSON on stdout. The message types come from the schema the
+service's servers published to Redis, so no .proto file or generated code
+is needed.
+
+The deadline is --timeout, else the method's (rpr.v1.method) or
+(rpr.v1.service) timeout, else 10s.
+
+Exit status: 0 when the call succeeds; 1 when it fails (its code, message
+and details go to stderr); 2 when it cannot be made (Redis unreachable, no
+published schema, unknown method, request that does not match the input
+message).`,
+		Example: `  rpr call examples.greeter.v1.Greeter/SayHello '{"name": "Ada"}'
+  rpr call -H tenant:acme --timeout 2s examples.greeter.v1.Greeter/SayHello @req.json
+  echo '{"name": "Ada"}' | rpr call examples.greeter.v1.Greeter/SayHello -`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			input := "{}"
+			if len(args) == 2 {
+				input = args[1]
+			}
+			return runCall(cmd, rf, args[0], input, callFlags{headers: headers, timeout: timeout, emitDefaults: emitDefaults, verbose: verbose})
+		},
+	}
+	rf.register(cmd)
+	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "request metadata as key:value (repeatable)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline of the call (default: the method's timeout, else 10s)")
+	cmd.Flags().BoolVar(&emitDefaults, "emit-defaults", false, "print response fields that hold their zero value")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the request id, response headers and trailers to stderr")
+	return cmd
+}
+
+type callFlags struct {
+	headers      []string
+	timeout      time.Duration
+	emitDefaults bool
+	verbose      bool
+}
+
+func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags callFlags) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	header, err := parseHeaders(flags.headers)
+	if err != nil {
+		return exitError{code: 2, cause: err}
+	}
+
+	setupCtx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	defer cancel()
+	rdb, err := tunnel.Open(setupCtx, rf.url)
+	if err != nil {
+		return exitError{code: 2, cause: err}
+	}
+	defer rdb.Close()
+	target, err := loadTarget(setupCtx, rdb, rf.prefix, targetArg)
+	if err != nil {
+		return exitError{code: 2, cause: err}
+	}
+	if target.method == nil {
+		return exitError{code: 2, cause: fmt.Errorf("name a method to call, as %s/Method; %s has: %s",
+			target.service.FullName(), target.service.FullName(), strings.Join(methodNames(target.service), ", "))}
+	}
+	method, err := tunnel.MethodDescFor(target.method)
+	if err != nil {
+		return exitError{code: 2, cause: err}
+	}
+	req, err := readRequest(cmd.InOrStdin(), input, target)
+	if err != nil {
+		return exitError{code: 2, cause: err}
+	}
+
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{
+		DefaultTimeout: callDefaultTimeout,
+		Logger:         slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return exitError{code: 2, cause: err}
+	}
+	defer client.Close()
+	var rid string
+	var respHeader, trailer tunnel.Metadata
+	opts := []tunnel.CallOption{tunnel.CaptureRequestID(&rid), tunnel.WithResponseHeader(&respHeader), tunnel.WithTrailer(&trailer)}
+	for _, kv := range header {
+		opts = append(opts, tunnel.WithHeader(kv[0], kv[1]))
+	}
+	if flags.timeout > 0 {
+		opts = append(opts, tunnel.WithTimeout(flags.timeout))
+	}
+	reply := dynamicpb.NewMessage(target.method.Output())
+	callErr := client.Invoke(cmd.Context(), method, req, reply, opts...)
+	if flags.verbose {
+		fmt.Fprintf(stderr, "request id: %s\n", rid)
+		printMetadata(stderr, "response header", respHeader)
+		printMetadata(stderr, "trailer", trailer)
+	}
+	if callErr != nil {
+		printCallError(stderr, method.FullMethod(), rid, callErr, target.types)
+		return exitError{code: 1}
+	}
+	text, err := protojson.MarshalOptions{Resolver: target.types, EmitUnpopulated: flags.emitDefaults}.Marshal(reply)
+	if err != nil {
+		return fmt.Errorf("call succeeded but its response cannot be shown as JSON: %w", err)
+	}
+	var indented bytes.Buffer
+	// protojson varies its spacing on purpose; json.Indent makes it stable.
+	if err := json.Indent(&indented, text, "", "  "); err != nil {
+		return fmt.Errorf("call succeeded but its response cannot be shown as JSON: %w", err)
+	}
+	indented.WriteByte('\n')
+	_, err = stdout.Write(indented.Bytes())
+	return err
+}
+
+// parseHeaders reads -H key:value flags.
+func parseHeaders(flags []string) ([][2]string, error) {
+	var out [][2]string
+	for _, h := range flags {
+		key, value, ok := strings.Cut(h, ":")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("header %q: want key:value, e.g. -H tenant:acme", h)
+		}
+		out = append(out, [2]string{key, strings.TrimSpace(value)})
+	}
+	return out, nil
+}
+
+// readRequest builds the method's input message from JSON given inline, as
+// @file or as - (stdin), with the schema's types only.
+func readRequest(stdin io.Reader, input string, t *schemaTarget) (proto.Message, error) {
+	in := t.method.Input()
+	var data []byte
+	var from string
+	switch {
+	case input == "-":
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read the request from stdin: %w", err)
+		}
+		data, from = b, " (from stdin)"
+	case strings.HasPrefix(input, "@"):
+		b, err := os.ReadFile(input[1:])
+		if err != nil {
+			return nil, fmt.Errorf("read the request: %w", err)
+		}
+		data, from = b, " (from "+input[1:]+")"
+	default:
+		data = []byte(input)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
+	}
+	req := dynamicpb.NewMessage(in)
+	if err := (protojson.UnmarshalOptions{Resolver: t.types}).Unmarshal(data, req); err != nil {
+		return nil, fmt.Errorf("the request%s is not a valid %s in JSON: %s\n  %s fields: %s",
+			from, in.FullName(), strings.TrimPrefix(err.Error(), "proto: "), in.FullName(), describeFields(in))
+	}
+	return req, nil
+}
+
+// describeFields lists a message's fields as JSON names with types, for
+// error messages.
+func describeFields(md protoreflect.MessageDescriptor) string {
+	if md.Fields().Len() == 0 {
+		return "(none: send {})"
+	}
+	parts := make([]string, md.Fields().Len())
+	for i := range md.Fields().Len() {
+		fd := md.Fields().Get(i)
+		typ := fd.Kind().String()
+		switch {
+		case fd.IsMap():
+			typ = "map"
+		case fd.Message() != nil:
+			typ = string(fd.Message().FullName())
+		case fd.Enum() != nil:
+			typ = string(fd.Enum().FullName())
+		}
+		if fd.IsList() {
+			typ = "repeated " + typ
+		}
+		parts[i] = fmt.Sprintf("%s (%s)", fd.JSONName(), typ)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// printCallError shows a failed call's code, message and details. Details
+// are decoded with the schema's types, else with the types rpr itself
+// knows (the well-known types); otherwise their type URL is shown.
+func printCallError(out io.Writer, fullMethod, rid string, err error, types *dynamicpb.Types) {
+	code := tunnel.CodeOf(err)
+	message := err.Error()
+	var details []*anypb.Any
+	if e := tunnel.AsError(err); e != nil {
+		message = e.Message()
+		details = e.Details()
+	}
+	fmt.Fprintf(out, "%s failed\n", fullMethod)
+	fmt.Fprintf(out, "  code:       %s (%d)\n", code, uint32(code))
+	fmt.Fprintf(out, "  message:    %s\n", message)
+	if rid != "" {
+		fmt.Fprintf(out, "  request id: %s\n", rid)
+	}
+	if tunnel.NotExecuted(err) {
+		fmt.Fprintln(out, "  executed:   no (safe to retry)")
+	}
+	if len(details) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "  details:")
+	for _, d := range details {
+		fmt.Fprintf(out, "    - %s\n", describeDetail(d, types))
+	}
+}
+
+// describeDetail decodes one error detail for display.
+func describeDetail(a *anypb.Any, types *dynamicpb.Types) string {
+	mt, err := types.FindMessageByURL(a.GetTypeUrl())
+	if err != nil {
+		mt, err = protoregistry.GlobalTypes.FindMessageByURL(a.GetTypeUrl())
+	}
+	if err != nil {
+		return fmt.Sprintf("%s (type not in the published schema; %d bytes)", a.GetTypeUrl(), len(a.GetValue()))
+	}
+	m := mt.New().Interface()
+	if err := (proto.UnmarshalOptions{Resolver: types}).Unmarshal(a.GetValue(), m); err != nil {
+		return fmt.Sprintf("%s (undecodable: %v)", a.GetTypeUrl(), err)
+	}
+	text, err := protojson.MarshalOptions{Resolver: types}.Marshal(m)
+	if err != nil {
+		return fmt.Sprintf("%s (cannot show as JSON: %v)", a.GetTypeUrl(), err)
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, text) != nil {
+		compact.Reset()
+		compact.Write(text)
+	}
+	return fmt.Sprintf("%s %s", mt.Descriptor().FullName(), compact.String())
+}
+
+func printMetadata(out io.Writer, what string, md tunnel.Metadata) {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range md[k] {
+			fmt.Fprintf(out, "%s: %s: %s\n", what, k, v)
+		}
+	}
+}

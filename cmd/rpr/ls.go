@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+
+	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+func newLsCommand() *cobra.Command {
+	var rf redisFlags
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List services, their methods and their live workers",
+		Long: `ls finds every service under the prefix that has published a schema or has
+worker heartbeats, and prints for each its methods (with their flags and
+default timeout, from the schema its servers published) and its workers
+with their last heartbeat. A worker is live when it beat within the last
+5s; silent workers stay listed for a minute.
+
+Method flags: idempotent (idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS:
+safe to retry and re-run after a crash), async ((rpr.v1.method).async),
+deprecated.`,
+		Example: `  rpr ls --redis redis://10.0.0.5:6379/0`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			rdb, err := tunnel.Open(ctx, rf.url)
+			if err != nil {
+				return exitError{code: 2, cause: err}
+			}
+			defer rdb.Close()
+			names, err := tunnel.ListServices(ctx, rdb, rf.prefix)
+			if err != nil {
+				return exitError{code: 2, cause: err}
+			}
+			out := cmd.OutOrStdout()
+			if len(names) == 0 {
+				fmt.Fprintf(out, "no services under prefix %q (servers publish themselves when they start; check --redis and --prefix)\n", rf.prefix)
+				return nil
+			}
+			for i, name := range names {
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				h, err := tunnel.CheckHealth(ctx, rdb, rf.prefix, name)
+				if err != nil {
+					return exitError{code: 2, cause: err}
+				}
+				var sd protoreflect.ServiceDescriptor
+				files, schemaErr := tunnel.LoadSchemaFiles(ctx, rdb, rf.prefix, name)
+				if schemaErr == nil {
+					sd, schemaErr = tunnel.ServiceInFiles(files, name)
+				}
+				printService(out, h, sd, schemaErr)
+			}
+			return nil
+		},
+	}
+	rf.register(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up on Redis after this long")
+	return cmd
+}
+
+// printService prints one service of rpr ls: a header line, a table of
+// methods (from sd; schemaErr says why there is none) and one of workers.
+func printService(out io.Writer, h tunnel.Health, sd protoreflect.ServiceDescriptor, schemaErr error) {
+	live := 0
+	for _, w := range h.Workers {
+		if w.Live {
+			live++
+		}
+	}
+	status := "NOT SERVING (no live worker)"
+	if live > 0 {
+		status = fmt.Sprintf("serving, %d live worker%s", live, plural(live))
+	}
+	fmt.Fprintf(out, "%s  %s\n", h.Service, status)
+
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	switch {
+	case sd != nil:
+		fmt.Fprintln(tw, "  METHOD\tFLAGS\tTIMEOUT\tREQUEST -> RESPONSE")
+		for i := range sd.Methods().Len() {
+			md := sd.Methods().Get(i)
+			timeout := "-"
+			if desc, err := tunnel.MethodDescFor(md); err == nil && desc.Timeout > 0 {
+				timeout = desc.Timeout.String()
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s -> %s\n", md.Name(), methodFlags(md), timeout, md.Input().FullName(), md.Output().FullName())
+		}
+	case errors.Is(schemaErr, tunnel.ErrNoSchema):
+		fmt.Fprintln(tw, "  methods unknown: no schema published (servers built with an rpr that publishes schemas do so when they start)")
+	default:
+		fmt.Fprintf(tw, "  methods unknown: %v\n", schemaErr)
+	}
+	tw.Flush()
+
+	if len(h.Workers) == 0 {
+		fmt.Fprintln(out, "  no workers (none has beaten in the last minute)")
+		return
+	}
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  WORKER\tSTATE\tHOST\tPID\tLANES\tLAST BEAT")
+	for _, w := range h.Workers {
+		state := "live"
+		if !w.Live {
+			state = "silent"
+		}
+		// Lanes do not exist yet: every worker reads the service's one
+		// request stream.
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t-\t%s ago\n", w.ID, state, w.Host, w.PID, time.Since(w.LastBeat).Round(100*time.Millisecond))
+	}
+	tw.Flush()
+}
+
+// methodFlags lists what a method's options say about calling it.
+func methodFlags(md protoreflect.MethodDescriptor) string {
+	var flags []string
+	opts, _ := md.Options().(*descriptorpb.MethodOptions)
+	switch opts.GetIdempotencyLevel() {
+	case descriptorpb.MethodOptions_IDEMPOTENT, descriptorpb.MethodOptions_NO_SIDE_EFFECTS:
+		flags = append(flags, "idempotent")
+	}
+	if rpr, _ := proto.GetExtension(opts, rprv1.E_Method).(*rprv1.MethodOptions); rpr.GetAsync() {
+		flags = append(flags, "async")
+	}
+	if opts.GetDeprecated() {
+		flags = append(flags, "deprecated")
+	}
+	if md.IsStreamingClient() || md.IsStreamingServer() {
+		flags = append(flags, "streaming")
+	}
+	if len(flags) == 0 {
+		return "-"
+	}
+	return strings.Join(flags, ",")
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+// Thresholds at which `rpr top` colours a cell. Backlog thresholds relative
+// to a stream's cap wait for capped streams; until then LAG and PENDING are
+// judged by whether anything drains them.
+const (
+	oldestWarn     = time.Minute
+	oldestCritical = 10 * time.Minute
+	// lagStuckSamples is how many refreshes in a row the lag may stay
+	// above zero without falling before LAG turns yellow: the workers are
+	// not keeping up.
+	lagStuckSamples = 5
+	// historyLen is how many samples the sparklines show.
+	historyLen = 30
+)
+
+var (
+	warnStyle     = lipgloss.NewStyle().Foreground(lipgloss.Color("3")).Bold(true)
+	criticalStyle = lipgloss.NewStyle().Foreground(lipgloss.Color("1")).Bold(true)
+	headerStyle   = lipgloss.NewStyle().Bold(true).Reverse(true)
+	dimStyle      = lipgloss.NewStyle().Faint(true)
+)
+
+func newTopCommand() *cobra.Command {
+	var flags liveViewFlags
+	cmd := &cobra.Command{
+		Use:   "top [pkg.Service...]",
+		Short: "Live view of services' queues, refreshed every second (q quits)",
+		Long: `top shows the table of "rpr stats" live, refreshed every --interval, with
+sparklines of each service's calls/s and backlog (LAG + PENDING) over the
+last 30 refreshes. With no service named it shows every service under
+--prefix that has published its schema or has worker heartbeats (as "rpr ls"
+does), and picks up new ones as they appear.
+Press q or ctrl+c to quit.
+
+Colours: yellow is a warning, red is critical.
+  OLDEST   yellow above 1m, red above 10m
+  DLQ      yellow above 0
+  WORKERS  red at 0
+  LAG      red when no worker is live, yellow when it has not fallen for 5 refreshes
+  PENDING  red when no worker is live (held by workers that are gone)
+
+` + statsColumnHelp,
+		Example: `  rpr top --redis redis://10.0.0.5:6379/0
+  rpr top examples.greeter.v1.Greeter`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if flags.interval <= 0 {
+				return fmt.Errorf("--interval must be positive, got %v", flags.interval)
+			}
+			ctx := cmd.Context()
+			rdb, err := tunnel.Open(ctx, flags.redisURL)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			m := newTopModel(ctx, rdb, flags, args)
+			_, err = tea.NewProgram(m, tea.WithContext(ctx)).Run()
+			if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
+				return nil // interrupted or terminated by a signal
+			}
+			return err
+		},
+	}
+	flags.register(cmd, "time between refreshes")
+	return cmd
+}
+
+// serviceHistory is what top remembers of one service across refreshes.
+type serviceHistory struct {
+	rates   []float64 // calls/s, newest last
+	backlog []float64 // lag + pending, newest last
+	lag     []int64   // for the "not keeping up" warning
+}
+
+func appendCapped[T any](s []T, v T) []T {
+	s = append(s, v)
+	if len(s) > historyLen {
+		s = s[len(s)-historyLen:]
+	}
+	return s
+}
+
+// topModel is the bubbletea model of `rpr top`.
+type topModel struct {
+	ctx      context.Context
+	rdb      redis.UniversalClient
+	flags    liveViewFlags
+	services []string // named on the command line; nil to discover
+
+	prev    map[string]tunnel.ServiceStats
+	rows    []statsRow
+	history map[string]*serviceHistory
+	err     error
+	width   int
+}
+
+// sampleMsg carries one refresh's figures.
+type sampleMsg struct {
+	stats []tunnel.ServiceStats
+	err   error
+}
+
+// tickMsg asks for the next refresh.
+type tickMsg struct{}
+
+func newTopModel(ctx context.Context, rdb redis.UniversalClient, flags liveViewFlags, services []string) topModel {
+	return topModel{ctx: ctx, rdb: rdb, flags: flags, services: services, history: map[string]*serviceHistory{}}
+}
+
+// sample reads the figures in the background; a slow Redis delays the
+// next refresh instead of freezing the screen.
+func (m topModel) sample() tea.Msg {
+	ctx, cancel := context.WithTimeout(m.ctx, max(5*time.Second, 2*m.flags.interval))
+	defer cancel()
+	stats, err := tunnel.InspectAll(ctx, m.rdb, m.flags.prefix, m.services...)
+	return sampleMsg{stats: stats, err: err}
+}
+
+func (m topModel) Init() tea.Cmd { return m.sample }
+
+func (m topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyPressMsg:
+		switch msg.String() {
+		case "q", "ctrl+c":
+			return m, tea.Quit
+		}
+	case tea.WindowSizeMsg:
+		m.width = msg.Width
+	case tickMsg:
+		return m, m.sample
+	case sampleMsg:
+		m.record(msg)
+		return m, tea.Tick(m.flags.interval, func(time.Time) tea.Msg { return tickMsg{} })
+	}
+	return m, nil
+}
+
+// record folds a refresh into the rows and the history. A failed refresh
+// keeps the last figures on screen under the error.
+func (m *topModel) record(msg sampleMsg) {
+	m.err = msg.err
+	if msg.err != nil {
+		return
+	}
+	m.rows = rowsSince(m.prev, msg.stats)
+	m.prev = byService(msg.stats)
+	for _, r := range m.rows {
+		h := m.history[r.Service]
+		if h == nil {
+			h = &serviceHistory{}
+			m.history[r.Service] = h
+		}
+		if r.rateOK {
+			h.rates = appendCapped(h.rates, r.rate)
+		}
+		h.backlog = appendCapped(h.backlog, float64(r.Lag+r.Pending))
+		h.lag = appendCapped(h.lag, r.Lag)
+	}
+}
+
+// cellStyles returns the style of each of the row's cells (nil: plain).
+func (m topModel) cellStyles(r statsRow) []*lipgloss.Style {
+	styles := make([]*lipgloss.Style, len(statsColumns))
+	noWorkers := r.LiveWorkers == 0
+	if noWorkers {
+		styles[7] = &criticalStyle
+	}
+	switch {
+	case r.Lag > 0 && noWorkers:
+		styles[3] = &criticalStyle
+	case r.Lag > 0 && m.lagStuck(r.Service):
+		styles[3] = &warnStyle
+	}
+	if r.Pending > 0 && noWorkers {
+		styles[4] = &criticalStyle
+	}
+	switch {
+	case r.Pending > 0 && r.OldestPending > oldestCritical:
+		styles[5] = &criticalStyle
+	case r.Pending > 0 && r.OldestPending > oldestWarn:
+		styles[5] = &warnStyle
+	}
+	if r.DeadLetters > 0 {
+		styles[8] = &warnStyle
+	}
+	return styles
+}
+
+// lagStuck reports whether the service's lag has stayed above zero
+// without falling over the last lagStuckSamples refreshes.
+func (m topModel) lagStuck(service string) bool {
+	h := m.history[service]
+	if h == nil || len(h.lag) < lagStuckSamples {
+		return false
+	}
+	recent := h.lag[len(h.lag)-lagStuckSamples:]
+	for i, v := range recent {
+		if v == 0 || (i > 0 && v < recent[i-1]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m topModel) View() tea.View {
+	var b strings.Builder
+	status := fmt.Sprintf("rpr top — %s  prefix %s  every %v", m.flags.redisURL, m.flags.prefix, m.flags.interval)
+	if len(m.rows) > 0 {
+		status += "  Redis time " + m.rows[0].RedisTime.Format("15:04:05")
+	}
+	b.WriteString(status + "  " + dimStyle.Render("q: quit") + "\n\n")
+
+	// Column widths from the plain text, so styles do not disturb them.
+	cells := make([][]string, len(m.rows))
+	widths := make([]int, len(statsColumns))
+	for i, c := range statsColumns {
+		widths[i] = len(c)
+	}
+	for i, r := range m.rows {
+		cells[i] = r.cells()
+		for j, c := range cells[i] {
+			widths[j] = max(widths[j], lipgloss.Width(c))
+		}
+	}
+	b.WriteString(headerStyle.Render(joinPadded(statsColumns, widths, nil)) + "\n")
+	for i, r := range m.rows {
+		b.WriteString(joinPadded(cells[i], widths, m.cellStyles(r)) + "\n")
+	}
+	switch {
+	case m.rows == nil && m.err == nil:
+		b.WriteString(dimStyle.Render("reading Redis…") + "\n")
+	case len(m.rows) == 0 && m.err == nil:
+		b.WriteString(dimStyle.Render(fmt.Sprintf("no services under prefix %q (no published schema or worker heartbeats found)", m.flags.prefix)) + "\n")
+	}
+
+	if len(m.rows) > 0 {
+		b.WriteString("\n" + headerStyle.Render(fmt.Sprintf("%-*s  %-*s %-*s", widths[0], "HISTORY", historyLen+10, "CALLS/S", historyLen+10, "BACKLOG")) + "\n")
+		for _, r := range m.rows {
+			h := m.history[r.Service]
+			rate, backlog := "-", "-"
+			if n := len(h.rates); n > 0 {
+				rate = strconv.FormatFloat(h.rates[n-1], 'f', 1, 64)
+			}
+			if n := len(h.backlog); n > 0 {
+				backlog = strconv.FormatFloat(h.backlog[n-1], 'f', 0, 64)
+			}
+			fmt.Fprintf(&b, "%-*s  %s %-9s %s %-9s\n", widths[0], r.Service,
+				sparkline(h.rates, historyLen), rate, sparkline(h.backlog, historyLen), backlog)
+		}
+	}
+	if m.err != nil {
+		b.WriteString("\n" + criticalStyle.Render("refresh failed: "+m.err.Error()) + "\n")
+	}
+
+	content := b.String()
+	if m.width > 0 {
+		content = lipgloss.NewStyle().MaxWidth(m.width).Render(content)
+	}
+	v := tea.NewView(content)
+	v.AltScreen = true
+	v.WindowTitle = "rpr top"
+	return v
+}
+
+// joinPadded pads each cell to its column's width, styles it, and joins
+// the cells with two spaces.
+func joinPadded(cells []string, widths []int, styles []*lipgloss.Style) string {
+	parts := make([]string, len(cells))
+	for i, c := range cells {
+		padded := c + strings.Repeat(" ", max(widths[i]-lipgloss.Width(c), 0))
+		if styles != nil && styles[i] != nil {
+			padded = styles[i].Render(padded)
+		}
+		parts[i] = padded
+	}
+	return strings.Join(parts, "  ")
+}
+
+// sparkBars are the eight heights of a sparkline cell, lowest first.
+var sparkBars = []rune("▁▂▃▄▅▆▇█")
+
+// sparkline draws the last width values as bars scaled to their maximum,
+// right-aligned in width cells. Any value above zero gets at least the
+// second bar, so a trickle stays visible next to a burst.
+func sparkline(values []float64, width int) string {
+	if len(values) > width {
+		values = values[len(values)-width:]
+	}
+	peak := 0.0
+	for _, v := range values {
+		peak = max(peak, v)
+	}
+	var b strings.Builder
+	b.WriteString(strings.Repeat(" ", width-len(values)))
+	for _, v := range values {
+		level := 0
+		if peak > 0 && v > 0 {
+			level = max(1, int(math.Round(v/peak*float64(len(sparkBars)-1))))
+		}
+		b.WriteRune(sparkBars[level])
+	}
+	return b.String()
+}

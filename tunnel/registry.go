@@ -1,0 +1,323 @@
+package tunnel
+
+// The service registry: servers publish each service's schema (its
+// FileDescriptorSet) to Redis when they start, next to the worker
+// heartbeats they already publish, so that operators' tools (rpr ls,
+// rpr describe, rpr call) can find services and call them with no local
+// .proto files, as grpcurl does with gRPC reflection.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
+)
+
+// ErrNoSchema is wrapped by the error LoadSchema and LoadSchemaFiles return
+// when Redis holds no schema for the service.
+var ErrNoSchema = errors.New("no published schema")
+
+// serviceFileSet returns the FileDescriptorSet of the .proto file that
+// defines service, with every file it imports, transitively, dependencies
+// first (as protoc writes them). The file is looked up by the service's
+// full name in protoregistry.GlobalFiles, where the generated code of every
+// service linked into the program registers itself; for generated code it
+// is the file ServiceDesc.Metadata names. ok is false when the program has
+// no such service (hand-written ServiceDescs, as in tests).
+func serviceFileSet(service string) (set *descriptorpb.FileDescriptorSet, ok bool) {
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		return nil, false
+	}
+	sd, isService := d.(protoreflect.ServiceDescriptor)
+	if !isService {
+		return nil, false
+	}
+	set = new(descriptorpb.FileDescriptorSet)
+	seen := map[string]bool{}
+	var add func(fd protoreflect.FileDescriptor)
+	add = func(fd protoreflect.FileDescriptor) {
+		if seen[fd.Path()] || fd.IsPlaceholder() {
+			return
+		}
+		seen[fd.Path()] = true
+		imports := fd.Imports()
+		for i := range imports.Len() {
+			add(imports.Get(i).FileDescriptor)
+		}
+		set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
+	}
+	add(sd.ParentFile())
+	return set, true
+}
+
+// publishSchemas writes the schema of each service this program has
+// descriptors for to its schema key (no TTL: the schema outlives its
+// servers, so tools can still describe a service that is down). It is
+// written on every start, so the latest server to start wins. A service
+// without a descriptor, or a failed write, is logged and skipped: the
+// schema serves tools, and serving calls must not depend on it.
+func (s *Server) publishSchemas(ctx context.Context, services []*serverService) {
+	pipe := s.rdb.Pipeline()
+	written := map[string]*redis.StatusCmd{}
+	for _, svc := range services {
+		set, ok := serviceFileSet(svc.name)
+		if !ok {
+			s.log.Debug("rpr: not publishing a schema: no descriptor for the service is linked into this program (hand-written ServiceDesc?); rpr call and rpr describe will not know it",
+				"service", svc.name)
+			continue
+		}
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(set)
+		if err != nil {
+			s.log.Warn("rpr: not publishing the schema", "service", svc.name, "error", err)
+			continue
+		}
+		written[svc.name] = pipe.Set(ctx, s.keys.schema(svc.name), raw, 0)
+	}
+	if len(written) == 0 {
+		return
+	}
+	_, _ = pipe.Exec(ctx)
+	for name, cmd := range written {
+		if err := cmd.Err(); err != nil {
+			s.log.Warn("rpr: publish schema failed; rpr call and rpr describe may not know the service", "service", name, "key", s.keys.schema(name), "error", err)
+		}
+	}
+}
+
+// ListServices returns, sorted, the names of the services that have a
+// published schema or worker heartbeats under prefix ("" for
+// DefaultPrefix). It scans the keyspace (SCAN, never KEYS), on every master
+// of a Redis Cluster; meant for operators' tools, not for hot paths.
+func ListServices(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	keys := keyspace{prefix: prefix}
+	patterns := []string{keys.workers("*"), keys.schema("*")}
+	for i, p := range patterns {
+		// Only the "*" we put in the hash tag is a wildcard.
+		patterns[i] = globEscape(prefix) + strings.TrimPrefix(p, prefix)
+	}
+
+	var mu sync.Mutex
+	found := map[string]bool{}
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		for _, pattern := range patterns {
+			iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				if name, ok := keys.serviceOf(iter.Val()); ok {
+					mu.Lock()
+					found[name] = true
+					mu.Unlock()
+				}
+			}
+			if err := iter.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rpr: list services under prefix %q: %w", prefix, err)
+	}
+	names := make([]string, 0, len(found))
+	for name := range found {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// serviceOf returns the service whose workers or schema key is key.
+func (k keyspace) serviceOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, k.prefix+"{")
+	if !ok {
+		return "", false
+	}
+	name, _, ok := strings.Cut(rest, "}")
+	if !ok || name == "" || strings.ContainsAny(name, "{}") {
+		return "", false
+	}
+	if k.workers(name) != key && k.schema(name) != key {
+		return "", false
+	}
+	return name, true
+}
+
+// globEscape escapes the characters Redis's MATCH treats as wildcards.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// LoadSchemaFiles reads the schema a server of service published under
+// prefix ("" for DefaultPrefix) and builds a registry of its files: the
+// file defining the service and everything it imports. The registry is
+// new and separate from protoregistry.GlobalFiles, so the caller needs none
+// of the service's generated code: pair it with dynamicpb (and
+// dynamicpb.NewTypes for protojson and Any). The error wraps ErrNoSchema
+// when nothing was published.
+func LoadSchemaFiles(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (*protoregistry.Files, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	key := keyspace{prefix: prefix}.schema(service)
+	raw, err := rdb.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("rpr: service %s: %w under prefix %q (key %s is absent): servers publish it each time they start, but only those built with an rpr that has rpr ls/describe/call; start a server of %s built with such an rpr once (or check the service name and the prefix)",
+			service, ErrNoSchema, prefix, key, service)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rpr: read the schema of %s from %s: %w", service, key, err)
+	}
+	set := new(descriptorpb.FileDescriptorSet)
+	if err := proto.Unmarshal(raw, set); err != nil {
+		return nil, fmt.Errorf("rpr: the schema of %s at %s is not a FileDescriptorSet: %v (restart a server of the service to publish it again)", service, key, err)
+	}
+	files, err := protodesc.NewFiles(set)
+	if err != nil {
+		return nil, fmt.Errorf("rpr: the schema of %s at %s is incomplete or invalid: %v (restart a server of the service to publish it again)", service, key, err)
+	}
+	return files, nil
+}
+
+// LoadSchema returns the descriptor of service from the schema its servers
+// published under prefix ("" for DefaultPrefix); see LoadSchemaFiles. Its
+// methods' Input and Output describe the messages, for dynamicpb.
+func LoadSchema(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (protoreflect.ServiceDescriptor, error) {
+	files, err := LoadSchemaFiles(ctx, rdb, prefix, service)
+	if err != nil {
+		return nil, err
+	}
+	return ServiceInFiles(files, service)
+}
+
+// ServiceInFiles finds service in files, a registry LoadSchemaFiles built.
+func ServiceInFiles(files *protoregistry.Files, service string) (protoreflect.ServiceDescriptor, error) {
+	d, err := files.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		return nil, fmt.Errorf("rpr: the published schema has no service %s (a schema key belongs to the service of its hash tag; was it written by hand?)", service)
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, fmt.Errorf("rpr: %s in the published schema is a %T, not a service", service, d)
+	}
+	return sd, nil
+}
+
+// MethodDescFor returns the MethodDesc of md for Client.Invoke, with what
+// generated code would put there: Idempotent from idempotency_level,
+// Timeout from (rpr.v1.method).timeout else (rpr.v1.service).timeout,
+// Retry from (rpr.v1.method).retry and BizCode from
+// (rpr.v1.service).biz_code. With a descriptor from LoadSchema and
+// dynamicpb messages, it calls a service whose Go types the program does
+// not have. Streaming and async methods are refused, as protoc-gen-rpr
+// refuses them.
+func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
+	sd, ok := md.Parent().(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, fmt.Errorf("rpr: method %s has no service", md.FullName())
+	}
+	full := string(sd.FullName()) + "/" + string(md.Name())
+	if md.IsStreamingClient() || md.IsStreamingServer() {
+		return nil, fmt.Errorf("rpr: %s is a streaming method; rpr carries unary methods only", full)
+	}
+	svcOpts, _ := sd.Options().(*descriptorpb.ServiceOptions)
+	svcRPR, _ := proto.GetExtension(svcOpts, rprv1.E_Service).(*rprv1.ServiceOptions)
+	methodOpts, _ := md.Options().(*descriptorpb.MethodOptions)
+	methodRPR, _ := proto.GetExtension(methodOpts, rprv1.E_Method).(*rprv1.MethodOptions)
+	if methodRPR.GetAsync() {
+		return nil, fmt.Errorf("rpr: %s is an async method ((rpr.v1.method).async); this rpr carries unary calls only", full)
+	}
+
+	desc := &MethodDesc{Service: string(sd.FullName()), Name: string(md.Name())}
+	level := methodOpts.GetIdempotencyLevel()
+	desc.Idempotent = level == descriptorpb.MethodOptions_IDEMPOTENT || level == descriptorpb.MethodOptions_NO_SIDE_EFFECTS
+	var err error
+	if desc.Timeout, err = optionDuration(methodRPR.GetTimeout()); err != nil {
+		return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).timeout %w", full, err)
+	}
+	if desc.Timeout == 0 { // unset or zero: the service's applies
+		if desc.Timeout, err = optionDuration(svcRPR.GetTimeout()); err != nil {
+			return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).timeout %w", full, err)
+		}
+	}
+	if code := svcRPR.GetBizCode(); code != "" {
+		if err := ValidateBizCode(code); err != nil {
+			return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).biz_code: %w", full, err)
+		}
+		desc.BizCode = code
+	}
+	if p := methodRPR.GetRetry(); p != nil {
+		if desc.Retry, err = retryPolicyOption(p); err != nil {
+			return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).retry: %w", full, err)
+		}
+	}
+	return desc, nil
+}
+
+// optionDuration converts a duration option; nil is 0 (unset). Its errors
+// complete a sentence that starts with the option's name.
+func optionDuration(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, fmt.Errorf("is not a valid google.protobuf.Duration: %v", err)
+	}
+	if d.GetSeconds() < 0 || d.GetNanos() < 0 {
+		return 0, fmt.Errorf("is negative (%v)", d.AsDuration())
+	}
+	if d.GetSeconds() >= math.MaxInt64/int64(time.Second) {
+		return 0, fmt.Errorf("of %d seconds is longer than a time.Duration can hold", d.GetSeconds())
+	}
+	return d.AsDuration(), nil
+}
+
+// retryPolicyOption converts a (rpr.v1.method).retry option; unset fields
+// stay zero, meaning the runtime's defaults.
+func retryPolicyOption(p *rprv1.RetryPolicy) (*RetryPolicy, error) {
+	out := &RetryPolicy{MaxAttempts: int(p.GetMaxAttempts()), Multiplier: p.GetMultiplier()}
+	var err error
+	if out.InitialBackoff, err = optionDuration(p.GetInitialBackoff()); err != nil {
+		return nil, fmt.Errorf("initial_backoff %w", err)
+	}
+	if out.MaxBackoff, err = optionDuration(p.GetMaxBackoff()); err != nil {
+		return nil, fmt.Errorf("max_backoff %w", err)
+	}
+	for _, name := range p.GetRetryableCodes() {
+		code, ok := ParseCode(name)
+		if !ok || code == OK {
+			return nil, fmt.Errorf("retryable_codes: %q is not a status code", name)
+		}
+		out.RetryableCodes = append(out.RetryableCodes, code)
+	}
+	return out, nil
+}
