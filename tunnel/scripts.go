@@ -15,6 +15,8 @@ import "github.com/redis/go-redis/v9"
 //	lease    Redis time (ms) until which the worker's claim holds
 //	attempt  the client's attempt number being run
 //	resp     the final response envelope (SUCCESS and FAILED)
+//	claimed_ms, done_ms, marked_ms  Redis times of the transitions, and
+//	previous_worker when a request was taken over (for `rpr trace`)
 //
 // A worker moves absent -> PROCESSING (beginScript) -> SUCCESS | FAILED
 // (completeScript); a client whose deadline passes or whose caller cancels
@@ -74,14 +76,14 @@ for k = 1, (#KEYS - 2) / 2 do
   end
   local function claim()
     redis.call('HSET', st, 'state', 'PROCESSING', 'worker', worker, 'entry', entry,
-      'lease', now + lease, 'attempt', attempt)
+      'lease', now + lease, 'attempt', attempt, 'claimed_ms', now)
     redis.call('PEXPIRE', st, ttl)
   end
   local cur = redis.call('HMGET', st, 'state', 'worker', 'entry', 'lease', 'attempt', 'resp')
   local state, owner = cur[1], cur[2]
   if not state then
     if now >= deadline then
-      redis.call('HSET', st, 'state', 'TIMEOUT')
+      redis.call('HSET', st, 'state', 'TIMEOUT', 'marked_ms', now)
       redis.call('PEXPIRE', st, margin)
       retire()
       out[k] = {'expired', ''}
@@ -110,9 +112,10 @@ for k = 1, (#KEYS - 2) / 2 do
     out[k] = {'busy', owner}
   elseif idempotent and now < deadline then
     claim()
+    redis.call('HSET', st, 'previous_worker', owner)
     out[k] = {'rerun', owner}
   else
-    redis.call('HSET', st, 'worker', worker, 'lease', now + lease)
+    redis.call('HSET', st, 'worker', worker, 'lease', now + lease, 'previous_worker', owner)
     out[k] = {'orphan', owner}
   end
 end
@@ -136,6 +139,8 @@ return out
 // the response stream no longer exists (the caller is gone; nothing is
 // created for it), -1 when this worker lost the request (fenced).
 var completeScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out, done = {}, {}
 for k = 1, (#KEYS - 1) / 2 do
   local reply, st = KEYS[2 * k], KEYS[2 * k + 1]
@@ -144,7 +149,7 @@ for k = 1, (#KEYS - 1) / 2 do
   if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
   else
-    redis.call('HSET', st, 'state', ARGV[4 * k + 1], 'resp', resp)
+    redis.call('HSET', st, 'state', ARGV[4 * k + 1], 'resp', resp, 'done_ms', now)
     redis.call('PEXPIRE', st, ARGV[4 * k + 2])
     if redis.call('XADD', reply, 'NOMKSTREAM', '*', 'e', resp) then
       out[k] = 1
@@ -203,6 +208,8 @@ return lost
 // {0, state} with the state found.
 var arbiterScript = redis.NewScript(`
 if redis.call('HSETNX', KEYS[1], 'state', ARGV[1]) == 1 then
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'marked_ms', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, ARGV[1]}
 end

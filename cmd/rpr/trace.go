@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+func newTraceCommand() *cobra.Command {
+	var redisURL, prefix, service string
+	cmd := &cobra.Command{
+		Use:   "trace REQUEST-ID",
+		Short: "Show what Redis still knows about one request",
+		Long: `trace decodes a request id (date, business code, time) and shows what Redis
+still knows about the request: its state and the times of its transitions,
+the worker that ran it (and the one it was taken over from), its stream
+entry while it waits or runs, the stored answer, and dead letters. State is
+kept until 10s after the request's deadline.
+
+The id does not name its service: trace looks in every service it finds,
+or only in --service.`,
+		Example: `  rpr trace 20261129-ORD1-1764434400123-K7P2QXM4RT`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			id, err := tunnel.ParseRequestID(args[0])
+			if err != nil {
+				return exitError{code: 2, cause: err}
+			}
+			rdb, err := tunnel.Open(ctx, redisURL)
+			if err != nil {
+				return exitError{code: 2, cause: err}
+			}
+			defer rdb.Close()
+			tr, err := tunnel.TraceRequest(ctx, rdb, prefix, service, args[0])
+			if err != nil {
+				return exitError{code: 2, cause: err}
+			}
+			printTrace(cmd.OutOrStdout(), args[0], id, tr)
+			if tr.Service == "" {
+				return exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
+	cmd.Flags().StringVar(&prefix, "prefix", tunnel.DefaultPrefix, "key prefix")
+	cmd.Flags().StringVar(&service, "service", "", "look only in this service (pkg.Svc)")
+	return cmd
+}
+
+func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.RequestTrace) {
+	stamp := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") }
+	fmt.Fprintf(out, "request   %s\n", raw)
+	fmt.Fprintf(out, "  made    %s by business code %s\n", stamp(id.Time), id.Biz)
+	if tr.Service == "" {
+		fmt.Fprintln(out, "  Redis knows nothing of it: never sent, or its state expired (10s after its deadline)")
+		return
+	}
+	fmt.Fprintf(out, "service   %s\n", tr.Service)
+	state := tr.State
+	if state == "" {
+		state = "(none: not yet taken by a worker)"
+	}
+	fmt.Fprintf(out, "state     %s\n", state)
+	row := func(what string, t time.Time, extra string) {
+		if !t.IsZero() {
+			fmt.Fprintf(out, "  %-8s%s  +%v %s\n", what, stamp(t), t.Sub(id.Time).Round(time.Millisecond), extra)
+		}
+	}
+	row("claimed", tr.Claimed, strings.TrimSpace("by "+tr.Worker+" (attempt "+tr.Attempt+")"))
+	if tr.PreviousWorker != "" {
+		fmt.Fprintf(out, "  taken over from worker %s, which died while running it\n", tr.PreviousWorker)
+	}
+	row("done", tr.Done, "")
+	row("marked", tr.Marked, "by the caller or an expired deadline")
+	if tr.State == "PROCESSING" && !tr.LeaseUntil.IsZero() {
+		fmt.Fprintf(out, "  lease   until %s\n", stamp(tr.LeaseUntil))
+	}
+	if tr.ExpiresIn > 0 {
+		fmt.Fprintf(out, "  state expires in %v\n", tr.ExpiresIn.Round(time.Millisecond))
+	}
+	if q := tr.Queued; q != nil {
+		fmt.Fprintf(out, "entry     %s in the request stream: %s, enqueued %s, deadline %s\n", q.ID, q.Method, stamp(q.Enqueued), stamp(q.Deadline))
+		for k, v := range q.Header {
+			fmt.Fprintf(out, "  header  %s: %s\n", k, strings.Join(v, ", "))
+		}
+	}
+	if a := tr.Answer; a != nil {
+		if a.Code == tunnel.OK {
+			fmt.Fprintf(out, "answer    OK, %d bytes\n", a.Bytes)
+		} else {
+			fmt.Fprintf(out, "answer    %s: %s\n", a.Code, a.Message)
+		}
+	}
+	for _, d := range tr.DeadLetters {
+		fmt.Fprintf(out, "dead letter %s at %s: %s\n", d.ID, stamp(d.Time), d.Reason)
+	}
+}

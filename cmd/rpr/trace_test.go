@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rprtunnel/rpr/examples/greeter/greeter"
+	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
+	"github.com/rprtunnel/rpr/internal/redistest"
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+func TestTraceShowsARequestsLife(t *testing.T) {
+	rs := redistest.Start(t)
+	quiet := slog.New(slog.DiscardHandler)
+	srv, err := tunnel.NewServer(rs.Client(t), tunnel.ServerOptions{WorkerID: "tracer-w1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	greeterv1.RegisterGreeterServer(srv, greeter.Server{})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	defer func() { stop(); <-done }()
+	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	greet := greeterv1.NewGreeterClient(client)
+	var ok, bad string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err = greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{Name: "Ada"}, tunnel.CaptureRequestID(&ok))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{}, tunnel.CaptureRequestID(&bad)); tunnel.CodeOf(err) != tunnel.InvalidArgument {
+		t.Fatal(err)
+	}
+
+	out, code := runRPR(t, "trace", "--redis", rs.URL(), ok)
+	for _, want := range []string{"service   examples.greeter.v1.Greeter", "state     SUCCESS", "claimed", "by tracer-w1 (attempt 1)", "done", "answer    OK"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("trace of a success: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	out, code = runRPR(t, "trace", "--redis", rs.URL(), "--service", "examples.greeter.v1.Greeter", bad)
+	if code != 0 || !strings.Contains(out, "state     FAILED") || !strings.Contains(out, "answer    INVALID_ARGUMENT: name is empty") {
+		t.Errorf("trace of a failure: exit %d:\n%s", code, out)
+	}
+	out, code = runRPR(t, "trace", "--redis", rs.URL(), "20261129-ORD1-1795995318695-X857YZJDH0")
+	if code != 1 || !strings.Contains(out, "Redis knows nothing of it") {
+		t.Errorf("unknown id: exit %d:\n%s", code, out)
+	}
+	if out, code = runRPR(t, "trace", "--redis", rs.URL(), "not-an-id"); code != 2 {
+		t.Errorf("malformed id: exit %d:\n%s", code, out)
+	}
+}
