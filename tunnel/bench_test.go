@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -28,7 +30,7 @@ import (
 //
 // With RPR_BENCH_COMMANDSTATS=1 (and -v) it also logs Redis's per-command
 // statistics and CPU time, to see where Redis spends its time.
-func BenchmarkUnaryEcho(b *testing.B) { benchmarkEcho(b, nil) }
+func BenchmarkUnaryEcho(b *testing.B) { benchmarkEcho(b, nil, nil) }
 
 // BenchmarkUnaryEchoTraced is BenchmarkUnaryEcho with tracing on: every
 // call sampled, spans batched to an exporter that drops them. Compare the
@@ -38,16 +40,25 @@ func BenchmarkUnaryEchoTraced(b *testing.B) {
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 	defer tp.Shutdown(context.Background())
-	benchmarkEcho(b, tp)
+	benchmarkEcho(b, tp, nil)
 }
 
-func benchmarkEcho(b *testing.B, tp trace.TracerProvider) {
+// BenchmarkUnaryEchoMetered is BenchmarkUnaryEcho with the metrics SDK
+// recording every instrument (read by a manual reader, as a Prometheus
+// scrape would).
+func BenchmarkUnaryEchoMetered(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	benchmarkEcho(b, nil, mp)
+}
+
+func benchmarkEcho(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvider) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
 	sent := &commandCounter{}
 	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
-	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet, TracerProvider: tp})
+	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet, TracerProvider: tp, MeterProvider: mp})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,7 +73,7 @@ func benchmarkEcho(b *testing.B, tp trace.TracerProvider) {
 		stop()
 		<-served
 	}()
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet, TracerProvider: tp})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet, TracerProvider: tp, MeterProvider: mp})
 	if err != nil {
 		b.Fatal(err)
 	}
