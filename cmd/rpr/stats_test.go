@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -23,38 +22,13 @@ const liveViewService = "examples.greeter.v1.Greeter"
 // once the server is live.
 func greeterForLiveView(t *testing.T, rs *redistest.Server) greeterv1.GreeterClient {
 	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	srv, err := tunnel.NewServer(rs.Client(t), tunnel.ServerOptions{WorkerID: "live-view-w1", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	greeterv1.RegisterGreeterServer(srv, greeter.Server{})
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{Logger: quiet})
+	startGreeter(t, rs, "live-view-w1")
+	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	rdb := rs.Client(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		h, err := tunnel.CheckHealth(context.Background(), rdb, "", liveViewService)
-		if err == nil && h.Serving() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never became live: %v", liveViewService, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	dlq := tunnel.DefaultPrefix + "{" + liveViewService + "}:dlq"
 	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: dlq, Values: []string{"reason", "test"}}).Err(); err != nil {
 		t.Fatal(err)

@@ -5,9 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -15,32 +13,15 @@ import (
 
 func TestTraceShowsARequestsLife(t *testing.T) {
 	rs := redistest.Start(t)
-	quiet := slog.New(slog.DiscardHandler)
-	srv, err := tunnel.NewServer(rs.Client(t), tunnel.ServerOptions{WorkerID: "tracer-w1", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	greeterv1.RegisterGreeterServer(srv, greeter.Server{})
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	defer func() { stop(); <-done }()
-	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{Logger: quiet})
+	startGreeter(t, rs, "tracer-w1")
+	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer client.Close()
 	greet := greeterv1.NewGreeterClient(client)
 	var ok, bad string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err = greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{Name: "Ada"}, tunnel.CaptureRequestID(&ok))
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
+	if _, err := greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{Name: "Ada"}, tunnel.CaptureRequestID(&ok)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{}, tunnel.CaptureRequestID(&bad)); tunnel.CodeOf(err) != tunnel.InvalidArgument {
