@@ -86,9 +86,9 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 
 	setupCtx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
 	defer cancel()
-	rdb, err := tunnel.Open(setupCtx, rf.url)
+	rdb, err := rf.open(setupCtx)
 	if err != nil {
-		return exitError{code: 2, cause: err}
+		return err
 	}
 	defer rdb.Close()
 	target, err := loadTarget(setupCtx, rdb, rf.prefix, targetArg)

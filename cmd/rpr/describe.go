@@ -20,16 +20,6 @@ import (
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
-// redisFlags are the flags of every command that reads a deployment.
-type redisFlags struct {
-	url, prefix string
-}
-
-func (f *redisFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.url, "redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
-	cmd.Flags().StringVar(&f.prefix, "prefix", tunnel.DefaultPrefix, "key prefix the services use")
-}
-
 // schemaTarget is a service, and maybe one of its methods, as the schema
 // its servers published describes it. Everything in it comes from Redis:
 // the command line never consults the Go types linked into rpr, so it calls
@@ -98,9 +88,9 @@ they use (types are named in full). No local .proto file is needed.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			rdb, err := tunnel.Open(ctx, rf.url)
+			rdb, err := rf.open(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return err
 			}
 			defer rdb.Close()
 			target, err := loadTarget(ctx, rdb, rf.prefix, args[0])

@@ -25,7 +25,7 @@ func (e exitError) Error() string {
 }
 
 func newHealthCommand() *cobra.Command {
-	var redisURL, prefix string
+	var rf redisFlags
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "health pkg.Service",
@@ -38,12 +38,12 @@ worker with its last beat. It exits 0 when at least one worker is live
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			rdb, err := tunnel.Open(ctx, redisURL)
+			rdb, err := rf.open(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return err
 			}
 			defer rdb.Close()
-			h, err := tunnel.CheckHealth(ctx, rdb, prefix, args[0])
+			h, err := tunnel.CheckHealth(ctx, rdb, rf.prefix, args[0])
 			if err != nil {
 				return exitError{code: 2, cause: err}
 			}
@@ -54,8 +54,7 @@ worker with its last beat. It exits 0 when at least one worker is live
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
-	cmd.Flags().StringVar(&prefix, "prefix", tunnel.DefaultPrefix, "key prefix the service uses")
+	rf.register(cmd)
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up on Redis after this long")
 	return cmd
 }

@@ -38,9 +38,9 @@ deprecated.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			rdb, err := tunnel.Open(ctx, rf.url)
+			rdb, err := rf.open(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return err
 			}
 			defer rdb.Close()
 			names, err := tunnel.ListServices(ctx, rdb, rf.prefix)

@@ -92,14 +92,12 @@ func formatAge(d time.Duration) string {
 
 // liveViewFlags are the flags `rpr stats` and `rpr top` share.
 type liveViewFlags struct {
-	redisURL string
-	prefix   string
+	redisFlags
 	interval time.Duration
 }
 
-func (f *liveViewFlags) register(cmd *cobra.Command, intervalHelp string) {
-	cmd.Flags().StringVar(&f.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
-	cmd.Flags().StringVar(&f.prefix, "prefix", tunnel.DefaultPrefix, "key prefix the services use")
+func (f *liveViewFlags) registerLiveView(cmd *cobra.Command, intervalHelp string) {
+	f.redisFlags.register(cmd)
 	cmd.Flags().DurationVar(&f.interval, "interval", time.Second, intervalHelp)
 }
 
@@ -134,7 +132,7 @@ has published its schema or has worker heartbeats (as "rpr ls" does).
 				return fmt.Errorf("--interval must be positive, got %v", flags.interval)
 			}
 			ctx := cmd.Context()
-			rdb, err := tunnel.Open(ctx, flags.redisURL)
+			rdb, err := flags.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -164,7 +162,7 @@ has published its schema or has worker heartbeats (as "rpr ls" does).
 			return nil
 		},
 	}
-	flags.register(cmd, "time between the two samples the calls/s figure compares")
+	flags.registerLiveView(cmd, "time between the two samples the calls/s figure compares")
 	return cmd
 }
 

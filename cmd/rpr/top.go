@@ -65,7 +65,7 @@ Colours: yellow is a warning, red is critical.
 				return fmt.Errorf("--interval must be positive, got %v", flags.interval)
 			}
 			ctx := cmd.Context()
-			rdb, err := tunnel.Open(ctx, flags.redisURL)
+			rdb, err := flags.open(ctx)
 			if err != nil {
 				return err
 			}
@@ -78,7 +78,7 @@ Colours: yellow is a warning, red is critical.
 			return err
 		},
 	}
-	flags.register(cmd, "time between refreshes")
+	flags.registerLiveView(cmd, "time between refreshes")
 	return cmd
 }
 
@@ -222,7 +222,7 @@ func (m topModel) lagStuck(service string) bool {
 
 func (m topModel) View() tea.View {
 	var b strings.Builder
-	status := fmt.Sprintf("rpr top — %s  prefix %s  every %v", m.flags.redisURL, m.flags.prefix, m.flags.interval)
+	status := fmt.Sprintf("rpr top — %s  prefix %s  every %v", m.flags.url, m.flags.prefix, m.flags.interval)
 	if len(m.rows) > 0 {
 		status += "  Redis time " + m.rows[0].RedisTime.Format("15:04:05")
 	}

@@ -13,7 +13,8 @@ import (
 )
 
 func newTraceCommand() *cobra.Command {
-	var redisURL, prefix, service string
+	var rf redisFlags
+	var service string
 	cmd := &cobra.Command{
 		Use:   "trace REQUEST-ID",
 		Short: "Show what Redis still knows about one request",
@@ -34,12 +35,12 @@ or only in --service.`,
 			if err != nil {
 				return exitError{code: 2, cause: err}
 			}
-			rdb, err := tunnel.Open(ctx, redisURL)
+			rdb, err := rf.open(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return err
 			}
 			defer rdb.Close()
-			tr, err := tunnel.TraceRequest(ctx, rdb, prefix, service, args[0])
+			tr, err := tunnel.TraceRequest(ctx, rdb, rf.prefix, service, args[0])
 			if err != nil {
 				return exitError{code: 2, cause: err}
 			}
@@ -50,8 +51,7 @@ or only in --service.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
-	cmd.Flags().StringVar(&prefix, "prefix", tunnel.DefaultPrefix, "key prefix")
+	rf.register(cmd)
 	cmd.Flags().StringVar(&service, "service", "", "look only in this service (pkg.Svc)")
 	return cmd
 }
