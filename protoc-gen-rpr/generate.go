@@ -331,23 +331,23 @@ func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) 
 
 // genRetryPolicy writes the Retry field of a MethodDesc, leaving unset
 // fields to the runtime's defaults.
-func genRetryPolicy(g *protogen.GeneratedFile, p *retryPolicy) {
+func genRetryPolicy(g *protogen.GeneratedFile, p *tunnel.RetryPolicy) {
 	g.P("Retry: &", tunnelPackage.Ident("RetryPolicy"), "{")
-	if p.maxAttempts != 0 {
-		g.P("MaxAttempts: ", p.maxAttempts, ",")
+	if p.MaxAttempts != 0 {
+		g.P("MaxAttempts: ", p.MaxAttempts, ",")
 	}
-	if p.initialBackoff != 0 {
-		g.P("InitialBackoff: ", durationExpr(g, p.initialBackoff), ",")
+	if p.InitialBackoff != 0 {
+		g.P("InitialBackoff: ", durationExpr(g, p.InitialBackoff), ",")
 	}
-	if p.maxBackoff != 0 {
-		g.P("MaxBackoff: ", durationExpr(g, p.maxBackoff), ",")
+	if p.MaxBackoff != 0 {
+		g.P("MaxBackoff: ", durationExpr(g, p.MaxBackoff), ",")
 	}
-	if p.multiplier != 0 {
-		g.P("Multiplier: ", strconv.FormatFloat(p.multiplier, 'g', -1, 64), ",")
+	if p.Multiplier != 0 {
+		g.P("Multiplier: ", strconv.FormatFloat(p.Multiplier, 'g', -1, 64), ",")
 	}
-	if len(p.codes) > 0 {
-		codes := make([]string, len(p.codes))
-		for i, c := range p.codes {
+	if len(p.RetryableCodes) > 0 {
+		codes := make([]string, len(p.RetryableCodes))
+		for i, c := range p.RetryableCodes {
 			codes[i] = g.QualifiedGoIdent(tunnelPackage.Ident(codeConstName(c)))
 		}
 		g.P("RetryableCodes: []", tunnelPackage.Ident("Code"), "{", strings.Join(codes, ", "), "},")

@@ -3,14 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"time"
 
 	"google.golang.org/protobuf/compiler/protogen"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/descriptorpb"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -30,20 +28,11 @@ type service struct {
 type method struct {
 	*protogen.Method
 	names      methodNames
-	fullName   string        // "pkg.Service/Method"
-	timeout    time.Duration // method's timeout, else the service's; 0 when neither sets one
-	idempotent bool          // idempotency_level is IDEMPOTENT or NO_SIDE_EFFECTS
-	deprecated bool          // option deprecated = true
-	retry      *retryPolicy  // (rpr.v1.method).retry, nil when unset
-}
-
-// retryPolicy is a checked (rpr.v1.method).retry option; zero fields mean
-// the runtime's defaults.
-type retryPolicy struct {
-	maxAttempts                int
-	initialBackoff, maxBackoff time.Duration
-	multiplier                 float64
-	codes                      []tunnel.Code
+	fullName   string              // "pkg.Service/Method"
+	timeout    time.Duration       // method's timeout, else the service's; 0 when neither sets one
+	idempotent bool                // idempotency_level is IDEMPOTENT or NO_SIDE_EFFECTS
+	deprecated bool                // option deprecated = true
+	retry      *tunnel.RetryPolicy // (rpr.v1.method).retry, nil when unset; zero fields mean the runtime's defaults
 }
 
 // bizCodePattern is what (rpr.v1.service).biz_code must match when set: it is
@@ -68,7 +57,7 @@ func loadService(s *protogen.Service) (*service, error) {
 		errs = append(errs, fmt.Errorf("protoc-gen-rpr: service %s: (rpr.v1.service).biz_code %q must be exactly 4 upper-case letters or digits (A-Z, 0-9), e.g. \"ORD1\", or left out",
 			s.Desc.FullName(), svc.bizCode))
 	}
-	serviceTimeout, err := timeoutOption(rprOpts.GetTimeout())
+	serviceTimeout, err := tunnel.DurationOption(rprOpts.GetTimeout())
 	if err != nil {
 		errs = append(errs, fmt.Errorf("protoc-gen-rpr: service %s: (rpr.v1.service).timeout %w", s.Desc.FullName(), err))
 	}
@@ -99,7 +88,7 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 	if rprOpts.GetAsync() {
 		return nil, fmt.Errorf("protoc-gen-rpr: %s is marked (rpr.v1.method).async; async methods need a newer rpr (not supported by this protoc-gen-rpr yet)", name)
 	}
-	timeout, err := timeoutOption(rprOpts.GetTimeout())
+	timeout, err := tunnel.DurationOption(rprOpts.GetTimeout())
 	if err != nil {
 		return nil, fmt.Errorf("protoc-gen-rpr: %s: (rpr.v1.method).timeout %w", name, err)
 	}
@@ -109,9 +98,11 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 		timeout = serviceTimeout
 	}
 
-	retry, err := retryOption(rprOpts.GetRetry())
-	if err != nil {
-		return nil, fmt.Errorf("protoc-gen-rpr: %s: (rpr.v1.method).retry: %w", name, err)
+	var retry *tunnel.RetryPolicy
+	if p := rprOpts.GetRetry(); p != nil {
+		if retry, err = tunnel.RetryPolicyOption(p); err != nil {
+			return nil, fmt.Errorf("protoc-gen-rpr: %s: (rpr.v1.method).retry: %w", name, err)
+		}
 	}
 
 	level := methodOpts.GetIdempotencyLevel()
@@ -124,52 +115,4 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 		idempotent: level == descriptorpb.MethodOptions_IDEMPOTENT || level == descriptorpb.MethodOptions_NO_SIDE_EFFECTS,
 		deprecated: methodOpts.GetDeprecated(),
 	}, nil
-}
-
-// retryOption checks a retry policy option; nil means unset.
-func retryOption(p *rprv1.RetryPolicy) (*retryPolicy, error) {
-	if p == nil {
-		return nil, nil
-	}
-	out := &retryPolicy{maxAttempts: int(p.GetMaxAttempts()), multiplier: p.GetMultiplier()}
-	if p.GetMaxAttempts() > 100 {
-		return nil, fmt.Errorf("max_attempts %d is more than 100; a call is not a queue", p.GetMaxAttempts())
-	}
-	if out.multiplier != 0 && (out.multiplier < 1 || math.IsNaN(out.multiplier) || math.IsInf(out.multiplier, 0)) {
-		return nil, fmt.Errorf("multiplier %v must be at least 1", out.multiplier)
-	}
-	var err error
-	if out.initialBackoff, err = timeoutOption(p.GetInitialBackoff()); err != nil {
-		return nil, fmt.Errorf("initial_backoff %w", err)
-	}
-	if out.maxBackoff, err = timeoutOption(p.GetMaxBackoff()); err != nil {
-		return nil, fmt.Errorf("max_backoff %w", err)
-	}
-	for _, name := range p.GetRetryableCodes() {
-		code, ok := tunnel.ParseCode(name)
-		if !ok || code == tunnel.OK {
-			return nil, fmt.Errorf("retryable_codes: %q is not a status code; use a name such as \"UNAVAILABLE\"", name)
-		}
-		out.codes = append(out.codes, code)
-	}
-	return out, nil
-}
-
-// timeoutOption converts a timeout option to a time.Duration; nil means 0
-// (unset). Its errors complete a sentence that starts with the option's name.
-func timeoutOption(d *durationpb.Duration) (time.Duration, error) {
-	if d == nil {
-		return 0, nil
-	}
-	if err := d.CheckValid(); err != nil {
-		return 0, fmt.Errorf("is not a valid google.protobuf.Duration: %v", err)
-	}
-	if d.GetSeconds() < 0 || d.GetNanos() < 0 {
-		return 0, fmt.Errorf("is negative (%v); set a positive timeout or leave it out", d.AsDuration())
-	}
-	// time.Duration counts nanoseconds in an int64: about 292 years.
-	if d.GetSeconds() >= math.MaxInt64/int64(time.Second) {
-		return 0, fmt.Errorf("of %d seconds is longer than a time.Duration can hold (about 292 years)", d.GetSeconds())
-	}
-	return d.AsDuration(), nil
 }

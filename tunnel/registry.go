@@ -10,11 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -22,9 +20,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
 )
 
 // ErrNoSchema is wrapped by the error LoadSchema and LoadSchemaFiles return
@@ -230,94 +225,4 @@ func ServiceInFiles(files *protoregistry.Files, service string) (protoreflect.Se
 		return nil, fmt.Errorf("rpr: %s in the published schema is a %T, not a service", service, d)
 	}
 	return sd, nil
-}
-
-// MethodDescFor returns the MethodDesc of md for Client.Invoke, with what
-// generated code would put there: Idempotent from idempotency_level,
-// Timeout from (rpr.v1.method).timeout else (rpr.v1.service).timeout,
-// Retry from (rpr.v1.method).retry and BizCode from
-// (rpr.v1.service).biz_code. With a descriptor from LoadSchema and
-// dynamicpb messages, it calls a service whose Go types the program does
-// not have. Streaming and async methods are refused, as protoc-gen-rpr
-// refuses them.
-func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
-	sd, ok := md.Parent().(protoreflect.ServiceDescriptor)
-	if !ok {
-		return nil, fmt.Errorf("rpr: method %s has no service", md.FullName())
-	}
-	full := string(sd.FullName()) + "/" + string(md.Name())
-	if md.IsStreamingClient() || md.IsStreamingServer() {
-		return nil, fmt.Errorf("rpr: %s is a streaming method; rpr carries unary methods only", full)
-	}
-	svcOpts, _ := sd.Options().(*descriptorpb.ServiceOptions)
-	svcRPR, _ := proto.GetExtension(svcOpts, rprv1.E_Service).(*rprv1.ServiceOptions)
-	methodOpts, _ := md.Options().(*descriptorpb.MethodOptions)
-	methodRPR, _ := proto.GetExtension(methodOpts, rprv1.E_Method).(*rprv1.MethodOptions)
-	if methodRPR.GetAsync() {
-		return nil, fmt.Errorf("rpr: %s is an async method ((rpr.v1.method).async); this rpr carries unary calls only", full)
-	}
-
-	desc := &MethodDesc{Service: string(sd.FullName()), Name: string(md.Name())}
-	level := methodOpts.GetIdempotencyLevel()
-	desc.Idempotent = level == descriptorpb.MethodOptions_IDEMPOTENT || level == descriptorpb.MethodOptions_NO_SIDE_EFFECTS
-	var err error
-	if desc.Timeout, err = optionDuration(methodRPR.GetTimeout()); err != nil {
-		return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).timeout %w", full, err)
-	}
-	if desc.Timeout == 0 { // unset or zero: the service's applies
-		if desc.Timeout, err = optionDuration(svcRPR.GetTimeout()); err != nil {
-			return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).timeout %w", full, err)
-		}
-	}
-	if code := svcRPR.GetBizCode(); code != "" {
-		if err := ValidateBizCode(code); err != nil {
-			return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).biz_code: %w", full, err)
-		}
-		desc.BizCode = code
-	}
-	if p := methodRPR.GetRetry(); p != nil {
-		if desc.Retry, err = retryPolicyOption(p); err != nil {
-			return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).retry: %w", full, err)
-		}
-	}
-	return desc, nil
-}
-
-// optionDuration converts a duration option; nil is 0 (unset). Its errors
-// complete a sentence that starts with the option's name.
-func optionDuration(d *durationpb.Duration) (time.Duration, error) {
-	if d == nil {
-		return 0, nil
-	}
-	if err := d.CheckValid(); err != nil {
-		return 0, fmt.Errorf("is not a valid google.protobuf.Duration: %v", err)
-	}
-	if d.GetSeconds() < 0 || d.GetNanos() < 0 {
-		return 0, fmt.Errorf("is negative (%v)", d.AsDuration())
-	}
-	if d.GetSeconds() >= math.MaxInt64/int64(time.Second) {
-		return 0, fmt.Errorf("of %d seconds is longer than a time.Duration can hold", d.GetSeconds())
-	}
-	return d.AsDuration(), nil
-}
-
-// retryPolicyOption converts a (rpr.v1.method).retry option; unset fields
-// stay zero, meaning the runtime's defaults.
-func retryPolicyOption(p *rprv1.RetryPolicy) (*RetryPolicy, error) {
-	out := &RetryPolicy{MaxAttempts: int(p.GetMaxAttempts()), Multiplier: p.GetMultiplier()}
-	var err error
-	if out.InitialBackoff, err = optionDuration(p.GetInitialBackoff()); err != nil {
-		return nil, fmt.Errorf("initial_backoff %w", err)
-	}
-	if out.MaxBackoff, err = optionDuration(p.GetMaxBackoff()); err != nil {
-		return nil, fmt.Errorf("max_backoff %w", err)
-	}
-	for _, name := range p.GetRetryableCodes() {
-		code, ok := ParseCode(name)
-		if !ok || code == OK {
-			return nil, fmt.Errorf("retryable_codes: %q is not a status code", name)
-		}
-		out.RetryableCodes = append(out.RetryableCodes, code)
-	}
-	return out, nil
 }

@@ -1,0 +1,115 @@
+package tunnel
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
+)
+
+// MethodDescFor returns the MethodDesc of md for Client.Invoke, with what
+// generated code would put there: Idempotent from idempotency_level,
+// Timeout from (rpr.v1.method).timeout else (rpr.v1.service).timeout,
+// Retry from (rpr.v1.method).retry and BizCode from
+// (rpr.v1.service).biz_code. With a descriptor from LoadSchema and
+// dynamicpb messages, it calls a service whose Go types the program does
+// not have. Streaming and async methods are refused, as protoc-gen-rpr
+// refuses them.
+func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
+	sd, ok := md.Parent().(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, fmt.Errorf("rpr: method %s has no service", md.FullName())
+	}
+	full := string(sd.FullName()) + "/" + string(md.Name())
+	if md.IsStreamingClient() || md.IsStreamingServer() {
+		return nil, fmt.Errorf("rpr: %s is a streaming method; rpr carries unary methods only", full)
+	}
+	svcOpts, _ := sd.Options().(*descriptorpb.ServiceOptions)
+	svcRPR, _ := proto.GetExtension(svcOpts, rprv1.E_Service).(*rprv1.ServiceOptions)
+	methodOpts, _ := md.Options().(*descriptorpb.MethodOptions)
+	methodRPR, _ := proto.GetExtension(methodOpts, rprv1.E_Method).(*rprv1.MethodOptions)
+	if methodRPR.GetAsync() {
+		return nil, fmt.Errorf("rpr: %s is an async method ((rpr.v1.method).async); this rpr carries unary calls only", full)
+	}
+
+	desc := &MethodDesc{Service: string(sd.FullName()), Name: string(md.Name())}
+	level := methodOpts.GetIdempotencyLevel()
+	desc.Idempotent = level == descriptorpb.MethodOptions_IDEMPOTENT || level == descriptorpb.MethodOptions_NO_SIDE_EFFECTS
+	var err error
+	if desc.Timeout, err = DurationOption(methodRPR.GetTimeout()); err != nil {
+		return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).timeout %w", full, err)
+	}
+	if desc.Timeout == 0 { // unset or zero: the service's applies
+		if desc.Timeout, err = DurationOption(svcRPR.GetTimeout()); err != nil {
+			return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).timeout %w", full, err)
+		}
+	}
+	if code := svcRPR.GetBizCode(); code != "" {
+		if err := ValidateBizCode(code); err != nil {
+			return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).biz_code: %w", full, err)
+		}
+		desc.BizCode = code
+	}
+	if p := methodRPR.GetRetry(); p != nil {
+		if desc.Retry, err = RetryPolicyOption(p); err != nil {
+			return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).retry: %w", full, err)
+		}
+	}
+	return desc, nil
+}
+
+// DurationOption converts a duration option of proto/rpr/v1/options.proto
+// (a timeout, a backoff); nil is 0, meaning unset. protoc-gen-rpr and
+// MethodDescFor share it, so generated code and `rpr call` read options
+// the same way. Its errors complete a sentence that starts with the
+// option's name.
+func DurationOption(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, fmt.Errorf("is not a valid google.protobuf.Duration: %v", err)
+	}
+	if d.GetSeconds() < 0 || d.GetNanos() < 0 {
+		return 0, fmt.Errorf("is negative (%v); set a positive duration or leave it out", d.AsDuration())
+	}
+	// time.Duration counts nanoseconds in an int64: about 292 years.
+	if d.GetSeconds() >= math.MaxInt64/int64(time.Second) {
+		return 0, fmt.Errorf("of %d seconds is longer than a time.Duration can hold (about 292 years)", d.GetSeconds())
+	}
+	return d.AsDuration(), nil
+}
+
+// RetryPolicyOption converts a (rpr.v1.method).retry option, checking it;
+// unset fields stay zero, meaning the runtime's defaults. Shared by
+// protoc-gen-rpr and MethodDescFor.
+func RetryPolicyOption(p *rprv1.RetryPolicy) (*RetryPolicy, error) {
+	if p.GetMaxAttempts() > 100 {
+		return nil, fmt.Errorf("max_attempts %d is more than 100; a call is not a queue", p.GetMaxAttempts())
+	}
+	out := &RetryPolicy{MaxAttempts: int(p.GetMaxAttempts()), Multiplier: p.GetMultiplier()}
+	if m := out.Multiplier; m != 0 && (m < 1 || math.IsNaN(m) || math.IsInf(m, 0)) {
+		return nil, fmt.Errorf("multiplier %v must be at least 1", m)
+	}
+	var err error
+	if out.InitialBackoff, err = DurationOption(p.GetInitialBackoff()); err != nil {
+		return nil, fmt.Errorf("initial_backoff %w", err)
+	}
+	if out.MaxBackoff, err = DurationOption(p.GetMaxBackoff()); err != nil {
+		return nil, fmt.Errorf("max_backoff %w", err)
+	}
+	for _, name := range p.GetRetryableCodes() {
+		code, ok := ParseCode(name)
+		if !ok || code == OK {
+			return nil, fmt.Errorf("retryable_codes: %q is not a status code; use a name such as \"UNAVAILABLE\"", name)
+		}
+		out.RetryableCodes = append(out.RetryableCodes, code)
+	}
+	return out, nil
+}
