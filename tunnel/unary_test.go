@@ -105,14 +105,21 @@ func TestDeadlineExceeded(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := e.call(ctx, "Slow", "5s")
+	var rid string
+	_, err := e.call(ctx, "Slow", "5s", tunnel.CaptureRequestID(&rid))
 	if tunnel.CodeOf(err) != tunnel.DeadlineExceeded {
 		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
 	}
-	// the handler saw the same deadline: it stops long before 5 s
-	waitFor(t, "handler to observe the deadline", func() bool {
-		return strings.Contains(e.logs.String(), "caller's response stream") || e.count("Slow") == 1
+	// The handler's context carries the same deadline, so it gives up and
+	// the request ends FAILED with DEADLINE_EXCEEDED; a handler that
+	// ignored the deadline would end SUCCESS after 5 s.
+	waitFor(t, "the request to end", func() bool {
+		state := e.rdb.HGet(context.Background(), stateKey(rid), "state").Val()
+		return state != "" && state != "PROCESSING"
 	})
+	if state := e.rdb.HGet(context.Background(), stateKey(rid), "state").Val(); state != "FAILED" {
+		t.Fatalf("state = %q, want FAILED: the handler did not see the deadline", state)
+	}
 }
 
 func TestWithTimeoutCallOption(t *testing.T) {
