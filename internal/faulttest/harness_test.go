@@ -462,6 +462,12 @@ func checkOutcomes(t *testing.T, outs []outcome, execs map[string]int, allowed .
 	return tl
 }
 
+// hangSlack is how far past its deadline (plus any stall the test makes) a
+// call may return before a test calls it hung. A call adds at most one
+// bounded arbiter round trip (0.5 s) after its deadline; the rest is room
+// for a starved CI machine, so this bound catches hangs, not slowness.
+const hangSlack = 10 * time.Second
+
 // logBuffer collects log output for assertions.
 type logBuffer = logcapture.Buffer
 
