@@ -16,6 +16,8 @@ type callConfig struct {
 	timeout        time.Duration
 	requestID      *string
 	retry          *RetryPolicy
+	idempotencyKey string    // async only
+	processAt      time.Time // async only; zero: at once
 }
 
 type callOptionFunc func(*callConfig)

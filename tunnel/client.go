@@ -59,6 +59,15 @@ type ClientOptions struct {
 	// MeterProvider makes the client's instruments (default: the global
 	// one): call duration by method and code, and calls in flight.
 	MeterProvider metric.MeterProvider
+	// MaxBacklog caps the queue of services whose proto sets no
+	// (rpr.v1.service).max_backlog (default DefaultMaxBacklog): requests
+	// waiting in the service's stream plus its retry set.
+	MaxBacklog int64
+	// BacklogWatermark is the share of the cap at which calls are refused
+	// with RESOURCE_EXHAUSTED and a retry-after hint (default
+	// DefaultBacklogWatermark, 0.85). It is checked against a backlog
+	// figure refreshed every second, so it costs no round trip per call.
+	BacklogWatermark float64
 }
 
 // responseGroup is the consumer group a client reads its response stream
@@ -128,6 +137,15 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.MaxBacklog <= 0 {
+		opts.MaxBacklog = DefaultMaxBacklog
+	}
+	switch {
+	case opts.BacklogWatermark == 0:
+		opts.BacklogWatermark = DefaultBacklogWatermark
+	case opts.BacklogWatermark < 0 || opts.BacklogWatermark > 1:
+		return nil, fmt.Errorf("rpr: ClientOptions.BacklogWatermark %v must be a share of the cap between 0 and 1 (e.g. 0.85)", opts.BacklogWatermark)
 	}
 	metrics, err := newClientMetrics(opts.MeterProvider)
 	if err != nil {
@@ -231,6 +249,12 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	full, rid := call.full, call.id
 	svc, err := c.service(ctx, call.method.Service)
 	if err != nil {
+		return err
+	}
+	if err := c.openResponses(ctx, svc); err != nil {
+		return err
+	}
+	if err := svc.admit(full, rid, c.maxBacklog(call.method), c.opts.BacklogWatermark); err != nil {
 		return err
 	}
 	live, err := c.anyLiveWorker(ctx, svc)
@@ -433,6 +457,9 @@ func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, s := range services {
+		if !s.responses.Load() {
+			continue
+		}
 		// Deleting the stream also wakes the reader blocked on it.
 		if err := c.rdb.Del(ctx, s.stream).Err(); err != nil {
 			errs = append(errs, fmt.Errorf("rpr: delete response stream %s: %w", s.stream, err))
@@ -459,9 +486,9 @@ func instanceID() string {
 	return fmt.Sprintf("%s-%d-%06x", host, os.Getpid(), rand.Uint32()&0xffffff)
 }
 
-// clientService is what a Client keeps per service it calls: the response
-// stream, the calls waiting on it, and how many workers were live at the
-// last look.
+// clientService is what a Client keeps per service it calls: how many
+// workers were live and how long the queue was at the last look, and, once
+// it makes a unary call, the response stream and the calls waiting on it.
 type clientService struct {
 	name   string
 	stream string
@@ -470,16 +497,19 @@ type clientService struct {
 	err   error
 
 	liveWorkers atomic.Int32
+	backlog     backlog
 	lastRead    atomic.Value // string: id of the last response read
+
+	openMu    sync.Mutex  // serializes openResponses
+	responses atomic.Bool // the response stream exists and has its reader
 
 	mu      sync.Mutex
 	waiting map[string]chan callResult
 }
 
 // service returns the state of a service, setting it up on first use: the
-// first call to a service creates its response stream and starts its
-// reader and watcher. Setup failures are not remembered, so a later call
-// tries again.
+// first call to a service reads its state and starts its watcher. Setup
+// failures are not remembered, so a later call tries again.
 func (c *Client) service(ctx context.Context, name string) (*clientService, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -515,17 +545,14 @@ func (c *Client) service(ctx context.Context, name string) (*clientService, erro
 	return s, nil
 }
 
-// startService sets up s and, when that works, runs its reader and watcher.
+// startService reads s's state and, when that works, runs its watcher.
 func (c *Client) startService(s *clientService) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-	err := c.createResponseStream(ctx, s)
-	if err == nil {
-		err = c.refresh(ctx, s)
-	}
+	err := c.refresh(ctx, s)
 	cancel()
 	if err != nil {
-		s.err = notExecutedf(Unavailable, "%s: set up response stream: %v", s.name, err)
+		s.err = notExecutedf(Unavailable, "%s: cannot reach Redis to set up calls to the service: %v", s.name, err)
 		c.mu.Lock()
 		delete(c.services, s.name)
 		c.mu.Unlock()
@@ -533,9 +560,36 @@ func (c *Client) startService(s *clientService) {
 		return
 	}
 	close(s.ready)
-	c.wg.Add(2)
-	go c.readResponses(s)
+	c.wg.Add(1)
 	go c.watch(s)
+}
+
+// openResponses creates s's response stream and starts its reader, once:
+// only unary calls need them, so a client that only enqueues async
+// requests keeps no stream and no blocked reader.
+func (c *Client) openResponses(ctx context.Context, s *clientService) error {
+	if s.responses.Load() {
+		return nil
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.responses.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.createResponseStream(ctx, s); err != nil {
+		return notExecutedf(Unavailable, "%s: set up response stream: %v", s.name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return notExecutedf(Canceled, "%s: client closed", s.name)
+	}
+	s.responses.Store(true)
+	c.wg.Add(1)
+	go c.readResponses(s)
+	return nil
 }
 
 // createResponseStream makes the response stream and its group (both may
@@ -551,18 +605,25 @@ func (c *Client) createResponseStream(ctx context.Context, s *clientService) err
 	return nil
 }
 
-// refresh reads Redis's clock and the service's worker heartbeats, extends
-// the response stream's life and trims the responses already read, in one
-// round trip. It recreates the response stream if it disappeared (Redis
-// restarted or evicted it).
+// refresh reads Redis's clock, the service's worker heartbeats and its
+// backlog, and (once unary calls use it) extends the response stream's
+// life and trims the responses already read, in one round trip. It
+// recreates the response stream if it disappeared (Redis restarted or
+// evicted it).
 func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	pipe := c.rdb.Pipeline()
 	sentAt := time.Now()
 	timeCmd := pipe.Time(ctx)
 	workers := pipe.HGetAll(ctx, c.keys.workers(s.name))
-	expire := pipe.PExpire(ctx, s.stream, responseStreamTTL)
-	if last, _ := s.lastRead.Load().(string); last != "" {
-		pipe.XTrimMinID(ctx, s.stream, last)
+	queued := pipe.XLen(ctx, c.keys.requests(s.name))
+	retrying := pipe.ZCard(ctx, c.keys.retries(s.name))
+	responses := s.responses.Load()
+	var expire *redis.BoolCmd
+	if responses {
+		expire = pipe.PExpire(ctx, s.stream, responseStreamTTL)
+		if last, _ := s.lastRead.Load().(string); last != "" {
+			pipe.XTrimMinID(ctx, s.stream, last)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
@@ -570,7 +631,8 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	redisNow := timeCmd.Val()
 	c.clock.observe(redisNow, sentAt, time.Now())
 	s.liveWorkers.Store(int32(countLiveWorkers(workers.Val(), redisNow.UnixMilli())))
-	if !expire.Val() {
+	s.backlog.observe(queued.Val()+retrying.Val(), sentAt)
+	if responses && !expire.Val() {
 		return c.createResponseStream(ctx, s)
 	}
 	return nil

@@ -3,17 +3,23 @@ package tunnel
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// completion is one request's final answer waiting to be written.
+// completion is one request's outcome waiting to be written (see
+// completeScript for the actions).
 type completion struct {
-	svc   *serverService
-	req   *received
-	raw   []byte // encoded response envelope
-	final string // SUCCESS or FAILED
-	ttlMs int64  // how long the state keeps the answer
+	svc    *serverService
+	req    *received
+	action string        // reply, done, retry or dead
+	target string        // reply stream, retry set or dead-letter stream
+	final  string        // the state to record
+	ttl    time.Duration // how long the state keeps the outcome
+	resp   []byte        // response envelope kept in the state (and the reply)
+	env    []byte        // request envelope to retry or dead-letter
+	extra  string        // retry: backoff ms; dead: JSON field/value pairs
 	// result receives completeScript's verdict (1 written, 0 caller gone,
 	// -1 fenced) or an error.
 	result chan completionResult
@@ -72,8 +78,13 @@ func (c *completer) flush(batch []*completion) {
 			groups = append(groups, g)
 		}
 		g.items = append(g.items, comp)
-		g.call.keys = append(g.call.keys, comp.req.env.ReplyTo, comp.svc.stateKey(comp.req.env.ID))
-		g.call.args = append(g.call.args, comp.req.entryID, comp.raw, comp.final, comp.ttlMs)
+		target := comp.target
+		if target == "" {
+			target = comp.req.state // any key of the service; not written
+		}
+		g.call.keys = append(g.call.keys, target, comp.req.state)
+		g.call.args = append(g.call.args, comp.req.entryID, comp.action, comp.final,
+			max(comp.ttl, time.Millisecond).Milliseconds(), comp.resp, comp.env, comp.extra)
 	}
 	pipe := c.rdb.Pipeline()
 	for _, g := range groups {

@@ -40,6 +40,17 @@ type MethodDesc struct {
 	// BizCode is the service's (rpr.v1.service).biz_code, placed in request
 	// ids. Empty means the client's code.
 	BizCode string
+	// Async marks a fire-and-forget method ((rpr.v1.method).async): callers
+	// use Client.Enqueue, which returns a Receipt once the request is
+	// durably in Redis, and the handler's reply is discarded. Failed async
+	// requests are retried by the servers under Retry (see
+	// DefaultAsyncRetryPolicy) and then dead-lettered.
+	Async bool
+	// MaxBacklog is the service's (rpr.v1.service).max_backlog: how many
+	// requests may wait in its queue (stream plus retry set) before calls
+	// are refused. Zero means the client's default
+	// (ClientOptions.MaxBacklog).
+	MaxBacklog int64
 	// Handler runs the method on the server.
 	Handler MethodHandler
 }

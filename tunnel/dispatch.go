@@ -25,6 +25,7 @@ const stateMargin = 10 * time.Second
 const (
 	stateSuccess = "SUCCESS"
 	stateFailed  = "FAILED"
+	stateDead    = "DEAD" // async: dead-lettered
 )
 
 // serveRun is the state of one Serve call.
@@ -43,6 +44,12 @@ type received struct {
 	entryID string
 	env     *requestEnvelope
 	method  *MethodDesc // nil when the service has no such method
+	// deadline (Redis unix ms) ends the handler: the caller's for a unary
+	// call, the attempt's time limit for an async request.
+	deadline int64
+	// state is the request's state hash: named by the request id, or by
+	// the idempotency key for an async request.
+	state string
 }
 
 // readRequests takes requests of svc in batches, never more than there are
@@ -190,6 +197,8 @@ func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis
 			log.Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.detail)
 		case "resent":
 			log.Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.detail)
+		case "finished":
+			log.Info("rpr: async request already handled under its idempotency key; not run again", "key", req.env.Key, "state", d.detail)
 		case "duplicate":
 			log.Info("rpr: request already running under another entry; duplicate retired", "worker", d.detail)
 		case "busy":
@@ -227,14 +236,18 @@ func (r *serveRun) decode(svc *serverService, msg redis.XMessage) *received {
 		}
 		return nil
 	}
-	if !s.keys.isResponses(svc.name, env.ReplyTo) {
+	if env.Kind == kindUnary && !s.keys.isResponses(svc.name, env.ReplyTo) {
 		s.log.Error("rpr: reply-to is not a response stream of this service; dead-lettered", "request_id", env.ID, "reply_to", env.ReplyTo)
 		r.deadLetter(svc, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, svc.name))
 		return nil
 	}
-	req := &received{entryID: msg.ID, env: env}
+	req := &received{entryID: msg.ID, env: env, deadline: env.Deadline, state: svc.stateKey(env.ID)}
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == svc.name {
 		req.method = svc.methods[methodName]
+	}
+	if env.Kind == kindAsync {
+		req.state = svc.stateKey(env.Key)
+		req.deadline = s.clock.toRedis(time.Now().Add(asyncTimeout(env, req.method)))
 	}
 	return req
 }
@@ -253,12 +266,16 @@ func (r *serveRun) begin(ctx context.Context, svc *serverService, batch []*recei
 	keys = append(keys, svc.requests, s.keys.workers(svc.name))
 	args = append(args, workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds(), stateMargin.Milliseconds(), s.deadAfter().Milliseconds())
 	for _, req := range batch {
-		keys = append(keys, s.keys.state(svc.name, req.env.ID), req.env.ReplyTo)
+		reply, replies := req.env.ReplyTo, 1
+		if req.env.Kind == kindAsync {
+			reply, replies = req.state, 0 // never written; keeps the script in one slot
+		}
+		keys = append(keys, req.state, reply)
 		idempotent := 0
 		if req.method != nil && req.method.Idempotent {
 			idempotent = 1
 		}
-		args = append(args, req.entryID, req.env.Deadline, idempotent, req.env.Attempt)
+		args = append(args, req.entryID, req.deadline, idempotent, req.env.Attempt, replies)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -287,7 +304,7 @@ func (r *serveRun) begin(ctx context.Context, svc *serverService, batch []*recei
 func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 	s := r.server
 	log := s.log.With("request_id", req.env.ID, "method", req.env.Method)
-	deadline := s.clock.toLocal(req.env.Deadline)
+	deadline := s.clock.toLocal(req.deadline)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
@@ -299,42 +316,65 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), metric.WithAttributeSet(attribute.NewSet(rpcAttributes(req.env.Method)...)))
 	measured := r.metrics.start(ctx, req.env.Method)
 	var resp *responseEnvelope
+	var handlerErr error
 	defer func() {
 		measured(resp.asError())
 		endSpan(span, resp.asError())
 	}()
 	if d.what == "orphan" {
 		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.detail)
-		resp = errorResponse(req.env.ID, Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.detail, req.env.ID, req.env.Method))
+		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.detail, req.env.ID, req.env.Method)
+		resp = errorResponse(req.env.ID, handlerErr)
 	} else {
-		resp = r.call(ctx, svc, req, log)
+		resp, handlerErr = r.call(ctx, svc, req, log)
+	}
+	if req.env.Kind == kindAsync {
+		r.complete(svc, req, r.asyncOutcome(svc, req, resp, handlerErr, d, log), log)
+		return
 	}
 	final := stateSuccess
 	if resp.Code != OK {
 		final = stateFailed
 	}
-	r.complete(svc, req, resp, final, time.Until(deadline)+stateMargin, log)
+	raw, err := marshalEnvelope(resp)
+	if err != nil {
+		log.Error("rpr: encode response", "error", err)
+		return
+	}
+	ttl := time.Until(deadline) + stateMargin
+	r.complete(svc, req, &completion{action: "reply", target: req.env.ReplyTo, final: final, ttl: ttl, resp: raw}, log)
 }
 
-// call runs the handler for req and builds the response envelope.
-func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, log *slog.Logger) *responseEnvelope {
+// call runs the handler for req and builds the response envelope. It also
+// returns the error behind a failure, which says more than the envelope
+// (whether it is Permanent).
+func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, log *slog.Logger) (*responseEnvelope, error) {
 	s, env := r.server, req.env
+	fail := func(err error) (*responseEnvelope, error) { return errorResponse(env.ID, err), err }
 	if req.method == nil {
 		log.Warn("rpr: unknown method")
-		return errorResponse(env.ID, Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, svc.name))
+		return fail(Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, svc.name))
+	}
+	if req.method.Async != (env.Kind == kindAsync) {
+		log.Warn("rpr: call kind does not match the method", "async_method", req.method.Async)
+		return fail(Errorf(FailedPrecondition, "[%s] %s: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.ID, env.Method, req.method.Async, env.Kind == kindAsync))
 	}
 	if len(env.Payload) > s.opts.MaxRequestBytes {
 		log.Warn("rpr: request over the size limit", "bytes", len(env.Payload), "limit", s.opts.MaxRequestBytes)
-		return errorResponse(env.ID, Errorf(ResourceExhausted, "[%s] %s: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.ID, env.Method, len(env.Payload), s.opts.MaxRequestBytes))
+		return fail(Errorf(ResourceExhausted, "[%s] %s: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.ID, env.Method, len(env.Payload), s.opts.MaxRequestBytes))
 	}
 
 	md := &responseMetadata{}
 	ctx = context.WithValue(ctx, incomingKey{}, env.Header)
 	ctx = context.WithValue(ctx, responseKey{}, md)
 	ctx = context.WithValue(ctx, requestIDKey{}, env.ID)
+	ctx = context.WithValue(ctx, attemptKey{}, env.Attempt)
 
 	reply, err := r.runHandler(ctx, svc, req.method, env, log)
 	resp := &responseEnvelope{Version: envelopeVersion, ID: env.ID, Header: md.header, Trailer: md.trailer}
+	if err == nil && req.method.Async {
+		return resp, nil // nobody reads an async reply
+	}
 	if err == nil {
 		resp.Payload, err = proto.Marshal(reply)
 		if err != nil {
@@ -347,9 +387,9 @@ func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, 
 	if err != nil {
 		errResp := errorResponse(env.ID, err)
 		errResp.Header, errResp.Trailer = resp.Header, resp.Trailer
-		return errResp
+		return errResp, err
 	}
-	return resp
+	return resp, nil
 }
 
 // runHandler calls the user's handler, turning a panic into INTERNAL.
@@ -368,7 +408,7 @@ func (r *serveRun) runHandler(ctx context.Context, svc *serverService, method *M
 		return nil
 	}
 	reply, err = method.Handler(svc.impl, ctx, decode, r.server.interceptor)
-	if err == nil && (reply == nil || !reply.ProtoReflect().IsValid()) {
+	if err == nil && !method.Async && (reply == nil || !reply.ProtoReflect().IsValid()) {
 		err = Errorf(Internal, "[%s] %s: handler returned neither a reply nor an error", env.ID, env.Method)
 	}
 	return reply, err
@@ -397,36 +437,31 @@ func errorResponse(id string, err error) *responseEnvelope {
 	return resp
 }
 
-// complete writes a claimed request's final state and response and retires
-// its entry in one script, batched with other completions. It returns once
-// that is done, so a handler slot also covers its completion. If Redis
-// cannot be reached it keeps trying, with backoff, for as long as the
-// request's state lives (ttl): the answer exists, and the request stays
-// this worker's (its lease is extended meanwhile) until it is written.
-func (r *serveRun) complete(svc *serverService, req *received, resp *responseEnvelope, final string, ttl time.Duration, log *slog.Logger) {
+// complete writes a claimed request's outcome (see completeScript) and
+// retires its entry in one script, batched with other completions. It
+// returns once that is done, so a handler slot also covers its completion.
+// If Redis cannot be reached it keeps trying, with backoff, for as long as
+// the request's state lives: the outcome exists, and the request stays this
+// worker's (its lease is extended meanwhile) until it is written.
+func (r *serveRun) complete(svc *serverService, req *received, comp *completion, log *slog.Logger) {
 	s := r.server
-	raw, err := marshalEnvelope(resp)
-	if err != nil {
-		log.Error("rpr: encode response", "error", err)
-		return
-	}
-	comp := &completion{svc: svc, req: req, raw: raw, final: final, ttlMs: max(ttl, time.Millisecond).Milliseconds()}
-	giveUp := time.Now().Add(ttl)
+	comp.svc, comp.req = svc, req
+	giveUp := time.Now().Add(comp.ttl)
 	backoff := newBackoff(50*time.Millisecond, time.Second)
 	for {
 		res := r.completer.complete(comp)
 		switch {
 		case res.err == nil && res.n == -1:
 			s.stats.leasesLost.Add(1)
-			log.Warn("rpr: lost this request to another worker (lease expired); response not written")
+			log.Warn("rpr: lost this request to another worker (lease expired); outcome not written")
 		case res.err == nil && res.n == 0:
 			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
 		case res.err != nil && time.Now().Before(giveUp):
-			log.Warn("rpr: write response failed; retrying", "error", res.err)
+			log.Warn("rpr: write outcome failed; retrying", "error", res.err)
 			backoff.wait(context.Background())
 			continue
 		case res.err != nil:
-			log.Error("rpr: write response failed until the request's state expired; giving up (the caller has timed out)", "error", res.err)
+			log.Error("rpr: write outcome failed until the request's state expired; giving up (the caller has timed out)", "error", res.err)
 		}
 		return
 	}
@@ -452,7 +487,7 @@ func (r *serveRun) deadLetter(svc *serverService, entryID, raw, reason string) {
 	r.logFailure("dead-letter request entry", entryID, r.runScript(&scriptCall{
 		script: deadLetterScript,
 		keys:   []string{svc.requests, r.server.keys.deadLetters(svc.name)},
-		args:   []any{workersGroup, entryID, raw, reason, deadLetterCap},
+		args:   []any{workersGroup, entryID, raw, reason, InvalidArgument.String(), r.server.opts.WorkerID},
 	}))
 }
 

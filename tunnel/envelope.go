@@ -21,6 +21,7 @@ type callKind uint8
 
 const (
 	kindUnary callKind = 1 // the caller waits for a response
+	kindAsync callKind = 2 // fire and forget: servers retry, then dead-letter
 )
 
 // requestEnvelope is what a client writes to a request stream. Field names
@@ -30,16 +31,41 @@ type requestEnvelope struct {
 	ID      string `msgpack:"id"`
 	// Method is "service/method".
 	Method string `msgpack:"m"`
-	// Deadline is unix milliseconds on Redis's clock (see redisClock).
-	Deadline int64    `msgpack:"dl"`
+	// Deadline is unix milliseconds on Redis's clock (see redisClock). An
+	// async request has none: it waits in the queue as long as it must.
+	Deadline int64    `msgpack:"dl,omitempty"`
 	Header   Metadata `msgpack:"h,omitempty"`
-	// ReplyTo is the caller's response stream.
-	ReplyTo string `msgpack:"r"`
+	// ReplyTo is the caller's response stream (unary calls only).
+	ReplyTo string `msgpack:"r,omitempty"`
 	// Enqueued is unix milliseconds on Redis's clock when the call was sent.
 	Enqueued int64    `msgpack:"t"`
 	Attempt  int      `msgpack:"a"`
 	Kind     callKind `msgpack:"k"`
 	Payload  []byte   `msgpack:"p"`
+
+	// The fields below are for async requests only.
+
+	// Key is the idempotency key: at most one request per key succeeds
+	// within the servers' IdempotencyWindow. It names the state hash.
+	Key string `msgpack:"ik,omitempty"`
+	// Retry is the caller's retry policy; nil means the method's.
+	Retry *wireRetryPolicy `msgpack:"rp,omitempty"`
+	// Timeout bounds each attempt's handler, in milliseconds; 0 means the
+	// method's.
+	Timeout int64 `msgpack:"to,omitempty"`
+	// Replays counts how often an operator replayed the request from the
+	// dead-letter stream (Attempt starts again at 1 on each replay).
+	Replays int `msgpack:"rr,omitempty"`
+}
+
+// wireRetryPolicy is a RetryPolicy as an async request carries it, so that
+// the servers retry it the way its caller asked.
+type wireRetryPolicy struct {
+	MaxAttempts    int     `msgpack:"n,omitempty"`
+	InitialBackoff int64   `msgpack:"i,omitempty"` // milliseconds
+	MaxBackoff     int64   `msgpack:"x,omitempty"` // milliseconds
+	Multiplier     float64 `msgpack:"m,omitempty"`
+	RetryableCodes []Code  `msgpack:"c,omitempty"`
 }
 
 // responseEnvelope is what a server writes to a caller's response stream.
@@ -118,11 +144,25 @@ func decodeRequest(b []byte) (*requestEnvelope, error) {
 		return nil, errors.New("malformed envelope: no request id")
 	case env.Method == "":
 		return nil, errors.New("malformed envelope: no method")
-	case env.ReplyTo == "":
-		return nil, errors.New("malformed envelope: no reply-to stream")
-	case env.Deadline <= 0:
-		return nil, errors.New("malformed envelope: no deadline")
-	case env.Kind != kindUnary:
+	case env.Attempt < 1:
+		return nil, fmt.Errorf("malformed envelope: attempt %d (attempts count from 1)", env.Attempt)
+	}
+	switch env.Kind {
+	case kindUnary:
+		switch {
+		case env.ReplyTo == "":
+			return nil, errors.New("malformed envelope: no reply-to stream")
+		case env.Deadline <= 0:
+			return nil, errors.New("malformed envelope: no deadline")
+		}
+	case kindAsync:
+		switch {
+		case env.Key == "":
+			return nil, errors.New("malformed envelope: async request without an idempotency key")
+		case env.ReplyTo != "":
+			return nil, errors.New("malformed envelope: async request with a reply-to stream")
+		}
+	default:
 		return nil, fmt.Errorf("malformed envelope: unknown call kind %d", env.Kind)
 	}
 	return env, nil

@@ -37,10 +37,16 @@ func (k keyspace) isResponses(service, key string) bool {
 	return ok && rest != "" && !strings.ContainsAny(rest, "{}")
 }
 
-// state is the state-machine hash of one request (see scripts.go).
+// state is the state-machine hash of one request (see scripts.go): named by
+// the request id for unary calls and by the idempotency key for async ones
+// (which is the request id unless the caller chose a key).
 func (k keyspace) state(service, requestID string) string {
 	return k.tag(service) + ":st:" + requestID
 }
+
+// retries is the service's sorted set of async requests waiting for a
+// retry or a scheduled time; the score is when (Redis unix ms).
+func (k keyspace) retries(service string) string { return k.tag(service) + ":retry" }
 
 // deadLetters is the service's dead-letter stream.
 func (k keyspace) deadLetters(service string) string { return k.tag(service) + ":dlq" }

@@ -9,7 +9,7 @@ import "github.com/redis/go-redis/v9"
 
 // The request state machine lives in the hash rpr:v1:{S}:st:<request-id>:
 //
-//	state    PROCESSING | SUCCESS | FAILED | TIMEOUT | CANCELLED
+//	state    PROCESSING | SUCCESS | FAILED | TIMEOUT | CANCELLED | DEAD
 //	worker   the worker that runs (or ran) the request
 //	entry    the request stream entry being run
 //	lease    Redis time (ms) until which the worker's claim holds
@@ -20,7 +20,10 @@ import "github.com/redis/go-redis/v9"
 //
 // A worker moves absent -> PROCESSING (beginScript) -> SUCCESS | FAILED
 // (completeScript); a client whose deadline passes or whose caller cancels
-// moves absent -> TIMEOUT | CANCELLED (arbiterScript). Whichever gets to
+// moves absent -> TIMEOUT | CANCELLED (arbiterScript). An async request's
+// hash is named by its idempotency key and records the key's outcome: a
+// failed attempt leaves FAILED until its retry claims it again, the last
+// one leaves DEAD (dead-lettered; a new request with the key may run). Whichever gets to
 // the absent state first wins: that is what makes "not executed" provable.
 // All times are Redis's own (TIME), so host clocks never decide.
 
@@ -29,10 +32,12 @@ import "github.com/redis/go-redis/v9"
 //
 //	KEYS[1]      request stream              KEYS[2] workers hash
 //	KEYS[2k+1]   state hash of entry k       KEYS[2k+2] its reply stream
+//	             (async entries: any key of the service; never written)
 //	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
 //	ARGV[4] state margin ms (kept past the deadline)
 //	ARGV[5] silence ms after which a worker without a heartbeat is dead
-//	ARGV[4k+2..4k+5] entry k: entry id, deadline (ms), idempotent (1|0), attempt
+//	ARGV[5k+1..5k+5] entry k: entry id, deadline (ms), idempotent (1|0),
+//	                 attempt, has a caller waiting for a reply (1|0)
 //
 // A request PROCESSING under another worker is taken over only when that
 // worker is gone: its lease on the request expired and it has not beaten
@@ -48,6 +53,8 @@ import "github.com/redis/go-redis/v9"
 //	busy       another worker holds it and is alive: leave it alone
 //	duplicate  another entry with this request id is running: entry retired
 //	resent     already finished: stored response sent again, entry retired
+//	finished   async, its key already SUCCESS (or this attempt already
+//	           FAILED): entry retired, not run again
 //	closed     the client gave up first (TIMEOUT/CANCELLED): entry retired
 //	expired    the deadline passed in the queue: marked TIMEOUT, entry retired
 var beginScript = redis.NewScript(`
@@ -67,8 +74,9 @@ end
 local out = {}
 for k = 1, (#KEYS - 2) / 2 do
   local st, reply = KEYS[2 * k + 1], KEYS[2 * k + 2]
-  local entry, deadline = ARGV[4 * k + 2], tonumber(ARGV[4 * k + 3])
-  local idempotent, attempt = ARGV[4 * k + 4] == '1', tonumber(ARGV[4 * k + 5])
+  local entry, deadline = ARGV[5 * k + 1], tonumber(ARGV[5 * k + 2])
+  local idempotent, attempt = ARGV[5 * k + 3] == '1', tonumber(ARGV[5 * k + 4])
+  local replies = ARGV[5 * k + 5] == '1'
   local ttl = math.max(deadline - now, 0) + margin
   local function retire()
     redis.call('XACK', stream, group, entry)
@@ -81,6 +89,7 @@ for k = 1, (#KEYS - 2) / 2 do
   end
   local cur = redis.call('HMGET', st, 'state', 'worker', 'entry', 'lease', 'attempt', 'resp')
   local state, owner = cur[1], cur[2]
+  if state == 'DEAD' then state = nil end
   if not state then
     if now >= deadline then
       redis.call('HSET', st, 'state', 'TIMEOUT', 'marked_ms', now)
@@ -95,11 +104,15 @@ for k = 1, (#KEYS - 2) / 2 do
     retire()
     out[k] = {'closed', state}
   elseif state == 'SUCCESS' or (state == 'FAILED' and attempt <= tonumber(cur[5] or '0')) then
-    if cur[6] then
-      redis.call('XADD', reply, 'NOMKSTREAM', '*', 'e', cur[6])
-    end
     retire()
-    out[k] = {'resent', state}
+    if replies then
+      if cur[6] then
+        redis.call('XADD', reply, 'NOMKSTREAM', '*', 'e', cur[6])
+      end
+      out[k] = {'resent', state}
+    else
+      out[k] = {'finished', state}
+    end
   elseif state == 'FAILED' then
     -- a client retry (higher attempt) of a call that failed
     claim()
@@ -123,38 +136,57 @@ return out
 `)
 
 // completeScript finishes a batch of requests of one service: for each it
-// records the final state and response and writes the response to the
-// caller's stream; then it acknowledges and removes all their entries at
-// once, so an entry is acknowledged only with its answer. One call covers
-// many completions, which spreads the cost of running a script. Each
-// completion is fenced: a worker that no longer holds the request (it was
-// taken over) writes nothing for it.
+// records the final state and acts on the outcome, then acknowledges and
+// removes all their entries at once, so an entry is acknowledged only
+// together with its outcome. One call covers many completions, which
+// spreads the cost of running a script. Each completion is fenced: a worker
+// that no longer holds the request (it was taken over) writes nothing for
+// it. The actions:
+//
+//	reply  unary: write the response to the caller's stream (NOMKSTREAM)
+//	done   async success: only the state (the key's done marker)
+//	retry  async failure with attempts left: put the next attempt's
+//	       envelope in the retry set, due after the backoff
+//	dead   async failure without: add the original envelope to the
+//	       dead-letter stream with the fields given; state DEAD
 //
 //	KEYS[1] request stream
-//	KEYS[2k] caller's response stream of request k   KEYS[2k+1] its state hash
+//	KEYS[2k] target of request k (reply stream | retry set | dead-letter
+//	         stream; done: any key of the service)   KEYS[2k+1] its state hash
 //	ARGV[1] consumer group   ARGV[2] worker id
-//	ARGV[4k-1..4k+2] request k: entry id, response envelope, SUCCESS | FAILED, state TTL ms
+//	ARGV[7k-4..7k+2] request k: entry id, action, final state, state TTL ms,
+//	         response envelope (stored in the state; '' for none),
+//	         envelope to retry or dead-letter, and for retry the backoff ms,
+//	         for dead a JSON array of field/value pairs for the entry
 //
-// Returns one result per request: 1 when the response was written, 0 when
-// the response stream no longer exists (the caller is gone; nothing is
-// created for it), -1 when this worker lost the request (fenced).
+// Returns one result per request: 1 when done, 0 when the reply stream no
+// longer exists (the caller is gone; nothing is created for it), -1 when
+// this worker lost the request (fenced).
 var completeScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out, done = {}, {}
 for k = 1, (#KEYS - 1) / 2 do
-  local reply, st = KEYS[2 * k], KEYS[2 * k + 1]
-  local entry, resp = ARGV[4 * k - 1], ARGV[4 * k]
+  local target, st = KEYS[2 * k], KEYS[2 * k + 1]
+  local a = 7 * k - 5
+  local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local cur = redis.call('HMGET', st, 'state', 'worker')
   if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
   else
-    redis.call('HSET', st, 'state', ARGV[4 * k + 1], 'resp', resp, 'done_ms', now)
-    redis.call('PEXPIRE', st, ARGV[4 * k + 2])
-    if redis.call('XADD', reply, 'NOMKSTREAM', '*', 'e', resp) then
-      out[k] = 1
-    else
-      out[k] = 0
+    redis.call('HSET', st, 'state', final, 'done_ms', now)
+    if resp ~= '' then redis.call('HSET', st, 'resp', resp) end
+    redis.call('HDEL', st, 'lease')
+    redis.call('PEXPIRE', st, ttl)
+    out[k] = 1
+    if action == 'reply' then
+      if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
+    elseif action == 'retry' then
+      redis.call('ZADD', target, now + tonumber(extra), env)
+    elseif action == 'dead' then
+      local fields = cjson.decode(extra)
+      redis.call('XADD', target, '*', 'e', env, 'entry', entry, 'failed_ms', now, unpack(fields))
     end
     done[#done + 1] = entry
   end
@@ -232,17 +264,146 @@ return 0
 
 // deadLetterScript moves an entry that cannot be processed (malformed
 // envelope) to the dead-letter stream with the reason, then retires it.
+// The dead-letter stream is never trimmed by rpr: what lands there stays
+// until an operator replays or drops it (`rpr dlq`).
 //
 //	KEYS[1] request stream      KEYS[2] dead-letter stream
 //	ARGV[1] consumer group      ARGV[2] request entry id
 //	ARGV[3] raw entry payload   ARGV[4] reason
-//	ARGV[5] dead-letter stream cap (approximate MAXLEN)
+//	ARGV[5] status code name    ARGV[6] worker id
 var deadLetterScript = redis.NewScript(`
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
-  'e', ARGV[3], 'reason', ARGV[4], 'entry', ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('XADD', KEYS[2], '*', 'e', ARGV[3], 'entry', ARGV[2], 'failed_ms', now,
+  'reason', ARGV[4], 'code', ARGV[5], 'worker', ARGV[6])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 return 1
+`)
+
+// enqueueScript puts one async request in its service's queue, unless the
+// queue is at its cap: then it refuses, and nothing already queued is
+// touched. A request due later goes to the retry set instead of the stream.
+//
+//	KEYS[1] request stream   KEYS[2] retry set
+//	ARGV[1] cap (entries in the stream plus the retry set)
+//	ARGV[2] due time (Redis unix ms; 0 for at once)   ARGV[3] envelope
+//
+// Returns {1, backlog} when queued, {0, backlog} when refused.
+var enqueueScript = redis.NewScript(`
+local backlog = redis.call('XLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
+if backlog >= tonumber(ARGV[1]) then return {0, backlog} end
+local due = tonumber(ARGV[2])
+if due > 0 then
+  redis.call('ZADD', KEYS[2], due, ARGV[3])
+else
+  redis.call('XADD', KEYS[1], '*', 'e', ARGV[3])
+end
+return {1, backlog + 1}
+`)
+
+// moveDueScript moves async requests whose time has come (retries after
+// their backoff, delayed calls) from the retry set to the request stream.
+// Each is added to the stream and removed from the set in the same script,
+// so a crash can neither lose nor duplicate one, and several servers may
+// run it at once.
+//
+//	KEYS[1] retry set   KEYS[2] request stream
+//	ARGV[1] most entries to move in one run
+//
+// Returns {moved, ms until the next entry is due (-1 when none is left)}.
+var moveDueScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, env in ipairs(due) do
+  redis.call('XADD', KEYS[2], '*', 'e', env)
+end
+if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #nxt == 0 then return {#due, -1} end
+return {#due, math.max(tonumber(nxt[2]) - now, 0)}
+`)
+
+// janitorScript keeps a request stream tidy without ever losing a request.
+// It trims the entries every consumer group has delivered and acknowledged:
+// by MINID up to the oldest entry some group still has pending or has not
+// delivered yet. (Completions already delete their entries, so this mostly
+// frees what deletion leaves behind.) It does nothing to a stream without
+// groups. It also forgets consumers (workers from earlier processes) idle
+// for longer than ARGV[1] with nothing pending; one with pending entries is
+// kept, since deleting it would orphan them.
+//
+//	KEYS[1] request stream
+//	ARGV[1] idle ms after which an empty consumer is forgotten
+//
+// Returns {entries trimmed, consumers forgotten}.
+var janitorScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function less(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am < bm or (am == bm and as < bs)
+end
+local function fields(flat)
+  local m = {}
+  for i = 1, #flat, 2 do m[flat[i]] = flat[i + 1] end
+  return m
+end
+local safe, forgotten = nil, 0
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local info = fields(g)
+  local ms, seq = string.match(info['last-delivered-id'], '^(%d+)-(%d+)$')
+  local candidate = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+  if tonumber(info['pending']) > 0 then
+    local p = redis.call('XPENDING', KEYS[1], info['name'])
+    if p[2] and less(p[2], candidate) then candidate = p[2] end
+  end
+  if not safe or less(candidate, safe) then safe = candidate end
+  for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], info['name'])) do
+    local consumer = fields(c)
+    if tonumber(consumer['pending']) == 0 and tonumber(consumer['idle']) > tonumber(ARGV[1]) then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], info['name'], consumer['name'])
+      forgotten = forgotten + 1
+    end
+  end
+end
+if not safe then return {0, forgotten} end
+return {redis.call('XTRIM', KEYS[1], 'MINID', safe), forgotten}
+`)
+
+// replayScript moves dead letters back to the request stream, each in one
+// step: the entry is removed from the dead-letter stream only as its
+// request is queued again. A dead letter whose idempotency key has since
+// succeeded is removed without being queued (running it again would break
+// the key's at-most-once promise).
+//
+//	KEYS[1] dead-letter stream   KEYS[2] request stream
+//	KEYS[2+k] state hash of dead letter k (by its idempotency key)
+//	ARGV[2k-1] entry id of dead letter k   ARGV[2k] the envelope to queue
+//
+// Returns one result per dead letter: 'replayed', 'succeeded' (dropped,
+// its key already succeeded) or 'gone' (no such dead letter any more).
+var replayScript = redis.NewScript(`
+local out = {}
+for k = 1, #KEYS - 2 do
+  local entry, env = ARGV[2 * k - 1], ARGV[2 * k]
+  if #redis.call('XRANGE', KEYS[1], entry, entry) == 0 then
+    out[k] = 'gone'
+  elseif redis.call('HGET', KEYS[2 + k], 'state') == 'SUCCESS' then
+    redis.call('XDEL', KEYS[1], entry)
+    out[k] = 'succeeded'
+  else
+    redis.call('XADD', KEYS[2], '*', 'e', env)
+    redis.call('XDEL', KEYS[1], entry)
+    out[k] = 'replayed'
+  end
+end
+return out
 `)
 
 // heartbeatScript records that a worker is alive, stamped with Redis's own
@@ -272,4 +433,5 @@ return t
 `)
 
 // allScripts lists every script, for preloading.
-var allScripts = []*redis.Script{beginScript, completeScript, extendScript, arbiterScript, replyScript, deadLetterScript, heartbeatScript}
+var allScripts = []*redis.Script{beginScript, completeScript, extendScript, arbiterScript, replyScript, deadLetterScript, heartbeatScript,
+	enqueueScript, moveDueScript, janitorScript, replayScript}

@@ -65,6 +65,18 @@ type ServerOptions struct {
 	// server's metrics at http://PrometheusAddr/metrics for as long as it
 	// runs, through the OpenTelemetry Prometheus exporter.
 	PrometheusAddr string
+	// IdempotencyWindow is how long the server remembers that an async
+	// request's idempotency key succeeded (default DefaultIdempotencyWindow,
+	// 24h): within it, another request or delivery with the key is not run
+	// again. Each remembered key costs about 200 bytes of Redis memory, so
+	// the cost is about 200 B × async requests per second × window (1,000
+	// requests/s for 24h: about 17 GB; shorten the window to match the
+	// longest time a duplicate can arrive).
+	IdempotencyWindow time.Duration
+	// RetryPollInterval is how often the server moves due async retries
+	// and delayed requests to the queue (default 250ms): a delayed request
+	// runs no earlier than asked and usually within this of it.
+	RetryPollInterval time.Duration
 }
 
 // deadAfter is how long a worker may stay silent (no heartbeat) before
@@ -98,10 +110,6 @@ func (s *Server) Stats() ServerStats {
 		DeletedWhilePending: s.stats.deletedWhilePending.Load(),
 	}
 }
-
-// deadLetterCap bounds the dead-letter stream (approximately); the DLQ is
-// for an operator to inspect, not an unbounded archive.
-const deadLetterCap = 100_000
 
 // Server runs registered services: it reads their request streams through
 // the "workers" consumer group, runs handlers with bounded concurrency and
@@ -169,6 +177,12 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	}
 	if opts.Lease <= 0 {
 		opts.Lease = 5 * time.Second
+	}
+	if opts.IdempotencyWindow <= 0 {
+		opts.IdempotencyWindow = DefaultIdempotencyWindow
+	}
+	if opts.RetryPollInterval <= 0 {
+		opts.RetryPollInterval = 250 * time.Millisecond
 	}
 	return &Server{
 		rdb:         rdb,
@@ -306,6 +320,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	handlersDone := make(chan struct{})
 	for _, svc := range services {
 		takers.Go(func() { run.readRequests(ctx, svc) })
+		takers.Go(func() { run.moveDue(ctx, svc) })
+		takers.Go(func() { run.tidy(ctx, svc) })
 		s.log.Info("rpr: serving "+svc.name, "stream", svc.requests, "concurrency", s.opts.Concurrency, "lease", s.opts.Lease)
 	}
 	helpers.Go(func() { s.heartbeatLoop(handlersDone, services) })
@@ -354,4 +370,15 @@ type requestIDKey struct{}
 func RequestIDFromContext(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
+}
+
+type attemptKey struct{}
+
+// AttemptFromContext returns which attempt of its request a handler is
+// running: 1 for the first, 2 for the first retry and so on (an async
+// request replayed from the dead-letter stream starts again at 1); 0
+// outside a handler.
+func AttemptFromContext(ctx context.Context) int {
+	n, _ := ctx.Value(attemptKey{}).(int)
+	return n
 }

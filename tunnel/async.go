@@ -1,0 +1,314 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+)
+
+// Receipt is what Enqueue returns once an async request is durably in
+// Redis: enough to find it again in logs, `rpr trace` and `rpr dlq`.
+type Receipt struct {
+	// RequestID identifies this request (every attempt shares it).
+	RequestID string
+	// IdempotencyKey is the key the servers deduplicate on: the request id
+	// unless the caller set one with WithIdempotencyKey.
+	IdempotencyKey string
+	// ProcessAt is when the request becomes due, on the local clock: now,
+	// unless the caller asked for WithDelay or WithProcessAt.
+	ProcessAt time.Time
+}
+
+// DefaultAsyncRetryPolicy is how servers retry failed async requests when
+// neither the method's (rpr.v1.method).retry option nor the call says
+// otherwise: 8 attempts in all, 1s, 2s, 4s ... apart (±20%), at most 5
+// minutes apart: about four minutes of trying before a request is
+// dead-lettered. Every code is retried except the permanent ones (see
+// Permanent).
+var DefaultAsyncRetryPolicy = RetryPolicy{
+	MaxAttempts:    8,
+	InitialBackoff: time.Second,
+	MaxBackoff:     5 * time.Minute,
+	Multiplier:     2,
+}
+
+// permanentCodes are the codes that say retrying the same request cannot
+// help, so a failed async request carrying one is dead-lettered at once
+// (unless its policy lists the code as retryable).
+var permanentCodes = map[Code]bool{
+	InvalidArgument:    true,
+	NotFound:           true,
+	AlreadyExists:      true,
+	PermissionDenied:   true,
+	FailedPrecondition: true,
+	OutOfRange:         true,
+	Unimplemented:      true,
+	Unauthenticated:    true,
+}
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string { return p.err.Error() }
+func (p permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as not worth retrying: an async handler that returns
+// Permanent(err) sends its request straight to the dead-letter stream,
+// whatever its code and attempts left. Use it for failures that are in the
+// request itself (a malformed order, an unknown customer).
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// WithIdempotencyKey sets the key an async request is deduplicated by:
+// however often requests with one key are enqueued or delivered, at most
+// one succeeds within the servers' IdempotencyWindow (default 24h). The
+// default key is the request id, which deduplicates redeliveries only.
+// Keys are per service; up to 256 bytes.
+func WithIdempotencyKey(key string) CallOption {
+	return callOptionFunc(func(c *callConfig) { c.idempotencyKey = key })
+}
+
+// WithDelay makes an async request due d from now instead of at once.
+func WithDelay(d time.Duration) CallOption {
+	return callOptionFunc(func(c *callConfig) { c.processAt = time.Now().Add(d) })
+}
+
+// WithProcessAt makes an async request due at t instead of at once. Servers
+// move due requests to the queue every ServerOptions.RetryPollInterval, so
+// a request runs no earlier than t and usually within that interval of it.
+func WithProcessAt(t time.Time) CallOption {
+	return callOptionFunc(func(c *callConfig) { c.processAt = t })
+}
+
+// maxIdempotencyKeyBytes bounds idempotency keys, which are part of a key
+// name in Redis.
+const maxIdempotencyKeyBytes = 256
+
+// Enqueue sends one async request and returns as soon as it is durably in
+// Redis; it does not wait for a server. Generated clients call it for
+// methods marked (rpr.v1.method).async. The request is retried by the
+// servers when its handler fails (see DefaultAsyncRetryPolicy and
+// Permanent) and dead-lettered after the last attempt.
+//
+// A refused request (the queue is at its backlog watermark) fails with
+// RESOURCE_EXHAUSTED, NotExecuted, and a retry-after hint (RetryAfter).
+// Any other error means the request may or may not be queued: enqueueing
+// again with the same idempotency key (WithIdempotencyKey) is safe.
+func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Message, opts ...CallOption) (Receipt, error) {
+	cfg := callConfig{retry: method.Retry}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	full := method.FullMethod()
+	rid := newRequestID(c.bizCode(method), time.Now())
+	if cfg.requestID != nil {
+		*cfg.requestID = rid
+	}
+	receipt := Receipt{RequestID: rid, IdempotencyKey: cfg.idempotencyKey, ProcessAt: cfg.processAt}
+	if receipt.IdempotencyKey == "" {
+		receipt.IdempotencyKey = rid
+	}
+	if receipt.ProcessAt.IsZero() {
+		receipt.ProcessAt = time.Now()
+	}
+	ctx, span := c.tracing.startClient(ctx, full, rid)
+	measured := c.metrics.start(ctx, full)
+	var err error
+	defer func() {
+		measured(err)
+		endSpan(span, err)
+	}()
+	err = c.checkAsync(method, full, rid, &cfg, req)
+	if err != nil {
+		return Receipt{}, err
+	}
+	cfg.header = c.tracing.inject(ctx, cfg.header)
+	payload, merr := proto.Marshal(req)
+	if merr != nil {
+		err = notExecutedf(Internal, "%s [%s]: marshal request %T: %v", full, rid, req, merr)
+		return Receipt{}, err
+	}
+	if len(payload) > c.opts.MaxRequestBytes {
+		err = notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", full, rid, len(payload), c.opts.MaxRequestBytes)
+		return Receipt{}, err
+	}
+	svc, err := c.service(ctx, method.Service)
+	if err != nil {
+		return Receipt{}, err
+	}
+	capacity := c.maxBacklog(method)
+	if err = svc.admit(full, rid, capacity, c.opts.BacklogWatermark); err != nil {
+		return Receipt{}, err
+	}
+	env := &requestEnvelope{
+		Version:  envelopeVersion,
+		ID:       rid,
+		Method:   full,
+		Header:   cfg.header,
+		Enqueued: c.clock.toRedis(time.Now()),
+		Attempt:  1,
+		Kind:     kindAsync,
+		Payload:  payload,
+		Key:      receipt.IdempotencyKey,
+		Retry:    wireRetry(cfg.retry),
+	}
+	if cfg.timeout > 0 {
+		env.Timeout = cfg.timeout.Milliseconds()
+	}
+	raw, merr := marshalEnvelope(env)
+	if merr != nil {
+		err = notExecutedf(Internal, "%s [%s]: %v", full, rid, merr)
+		return Receipt{}, err
+	}
+	var due int64 // 0: at once
+	if time.Until(receipt.ProcessAt) > 0 {
+		due = c.clock.toRedis(receipt.ProcessAt)
+	}
+	err = c.enqueue(ctx, svc, full, rid, capacity, due, raw)
+	if err != nil {
+		return Receipt{}, err
+	}
+	return receipt, nil
+}
+
+// checkAsync refuses what can never be enqueued, before anything is sent.
+func (c *Client) checkAsync(method *MethodDesc, full, rid string, cfg *callConfig, req proto.Message) error {
+	switch {
+	case !method.Async:
+		return notExecutedf(FailedPrecondition, "%s [%s]: Enqueue of a method that is not async: call it with Invoke, or mark it (rpr.v1.method).async = true", full, rid)
+	case req == nil:
+		return notExecutedf(InvalidArgument, "%s [%s]: request is nil", full, rid)
+	case len(cfg.idempotencyKey) > maxIdempotencyKeyBytes:
+		return notExecutedf(InvalidArgument, "%s [%s]: idempotency key is %d bytes, over the %d-byte limit", full, rid, len(cfg.idempotencyKey), maxIdempotencyKeyBytes)
+	case cfg.responseHeader != nil || cfg.trailer != nil:
+		return notExecutedf(InvalidArgument, "%s [%s]: WithResponseHeader and WithTrailer do not apply to async calls (nobody waits for the response)", full, rid)
+	}
+	return nil
+}
+
+// enqueue runs enqueueScript for one request through the client's pipeline
+// batcher and turns its verdict into an error.
+func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid string, capacity, due int64, raw []byte) error {
+	result := make(chan redis.Cmder, 1)
+	op := scriptOp(&scriptCall{
+		script: enqueueScript,
+		keys:   []string{c.keys.requests(svc.name), c.keys.retries(svc.name)},
+		args:   []any{capacity, due, raw},
+	}, func(cmd redis.Cmder) { result <- cmd })
+	err := c.writer.submit(ctx, op)
+	if errors.Is(err, errBatcherClosed) {
+		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
+	}
+	if err != nil {
+		return notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
+	}
+	var cmd redis.Cmder
+	select {
+	case cmd = <-result:
+	case <-ctx.Done():
+		if op.abandon() {
+			return notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
+		}
+		cmd = <-result // already on its way: its outcome is what the caller must know
+	}
+	verdict, err := cmd.(*redis.Cmd).Int64Slice()
+	if err != nil {
+		return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: enqueue: %v (whether the request was queued is unknown; enqueueing again with the same idempotency key is safe)", full, rid, err), local: true}
+	}
+	if len(verdict) != 2 {
+		return Errorf(Internal, "%s [%s]: enqueue script answered %v", full, rid, verdict)
+	}
+	if verdict[0] == 0 {
+		return svc.refused(full, rid, verdict[1], capacity, "at its cap")
+	}
+	return nil
+}
+
+// contextError maps a context's end to the status it stands for.
+func contextError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return Errorf(DeadlineExceeded, "deadline exceeded")
+	}
+	return Errorf(Canceled, "cancelled")
+}
+
+// wireRetry converts a caller's retry policy for the envelope.
+func wireRetry(p *RetryPolicy) *wireRetryPolicy {
+	if p == nil {
+		return nil
+	}
+	return &wireRetryPolicy{
+		MaxAttempts:    p.MaxAttempts,
+		InitialBackoff: p.InitialBackoff.Milliseconds(),
+		MaxBackoff:     p.MaxBackoff.Milliseconds(),
+		Multiplier:     p.Multiplier,
+		RetryableCodes: p.RetryableCodes,
+	}
+}
+
+// asyncPolicy is the retry policy of an async request: the caller's when it
+// sent one, else the method's, with DefaultAsyncRetryPolicy for the rest.
+func asyncPolicy(env *requestEnvelope, method *MethodDesc) RetryPolicy {
+	out := DefaultAsyncRetryPolicy
+	var p *RetryPolicy
+	if env.Retry != nil {
+		p = &RetryPolicy{
+			MaxAttempts:    env.Retry.MaxAttempts,
+			InitialBackoff: time.Duration(env.Retry.InitialBackoff) * time.Millisecond,
+			MaxBackoff:     time.Duration(env.Retry.MaxBackoff) * time.Millisecond,
+			Multiplier:     env.Retry.Multiplier,
+			RetryableCodes: env.Retry.RetryableCodes,
+		}
+	} else if method != nil {
+		p = method.Retry
+	}
+	if p == nil {
+		return out
+	}
+	if p.MaxAttempts > 0 {
+		out.MaxAttempts = p.MaxAttempts
+	}
+	if p.InitialBackoff > 0 {
+		out.InitialBackoff = p.InitialBackoff
+	}
+	if p.MaxBackoff > 0 {
+		out.MaxBackoff = p.MaxBackoff
+	}
+	if p.Multiplier >= 1 {
+		out.Multiplier = p.Multiplier
+	}
+	out.RetryableCodes = p.RetryableCodes
+	return out
+}
+
+// retriesAsync reports whether an async request that failed with err on
+// attempt gets another attempt under p.
+func (p RetryPolicy) retriesAsync(err error, attempt int) bool {
+	if attempt >= p.MaxAttempts || IsPermanent(err) {
+		return false
+	}
+	code := CodeOf(err)
+	if len(p.RetryableCodes) > 0 {
+		for _, c := range p.RetryableCodes {
+			if c == code {
+				return true
+			}
+		}
+		return false
+	}
+	return !permanentCodes[code]
+}
