@@ -377,3 +377,63 @@ func TestAsyncOverflowIsRefusedNotDropped(t *testing.T) {
 		t.Errorf("%d dead letters, want none", n)
 	}
 }
+
+func TestDeadLettersReplayAfterFix(t *testing.T) {
+	w := newAsyncWorld(t, tunnel.ClientOptions{})
+	var broken sync.Map // value -> true while failing
+	w.jobs.setFunc(func(ctx context.Context, in *wrapperspb.StringValue) error {
+		if _, bad := broken.Load("all"); bad {
+			return tunnel.Errorf(tunnel.Unavailable, "still broken")
+		}
+		return nil
+	})
+	broken.Store("all", true)
+	w.serve(tunnel.ServerOptions{})
+	const n = 5
+	for i := range n {
+		if _, err := w.enqueue("Do", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "five dead letters", func() bool { return len(w.deadLetters()) == n })
+
+	dlq := tunnel.NewDeadLetterQueue(w.rdb, "", jobsService)
+	letters, err := dlq.List(context.Background(), tunnel.DeadLetterFilter{Method: "Do", Code: tunnel.Unavailable}, 0)
+	if err != nil || len(letters) != n {
+		t.Fatalf("List: %d letters, %v; want %d", len(letters), err, n)
+	}
+	for _, dl := range letters {
+		in := new(wrapperspb.StringValue)
+		if !dl.Async || dl.Attempts != 3 || proto.Unmarshal(dl.Payload, in) != nil || in.GetValue() == "" {
+			t.Errorf("letter %+v", dl)
+		}
+	}
+	if got, err := dlq.Get(context.Background(), letters[1].RequestID); err != nil || got.EntryID != letters[1].EntryID {
+		t.Errorf("Get by request id: %+v, %v", got, err)
+	}
+
+	broken.Delete("all") // the fix is deployed
+	var progress []int
+	res, err := dlq.Replay(context.Background(), letters, func(done int) { progress = append(progress, done) })
+	if err != nil || res.Replayed != n || len(res.Skipped) != 0 {
+		t.Fatalf("Replay: %+v, %v", res, err)
+	}
+	if len(progress) == 0 || progress[len(progress)-1] != n {
+		t.Errorf("progress %v, want it to end at %d", progress, n)
+	}
+	waitFor(t, "the queue to empty", func() bool { s, r := w.queued(); return s == 0 && r == 0 })
+	for i := range n {
+		// 3 failed attempts, then one after the replay.
+		if got := w.jobs.count(strconv.Itoa(i)); got != 4 {
+			t.Errorf("request %d ran %d times, want 4", i, got)
+		}
+	}
+	if left, _ := dlq.Len(context.Background()); left != 0 {
+		t.Errorf("%d dead letters left after the replay", left)
+	}
+	// Replaying again finds nothing to do.
+	res, err = dlq.Replay(context.Background(), letters, nil)
+	if err != nil || res.Gone != n {
+		t.Errorf("second Replay: %+v, %v; want all gone", res, err)
+	}
+}
