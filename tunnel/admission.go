@@ -84,7 +84,7 @@ func (s *clientService) admit(full, rid string, capacity int64, watermark float6
 // room for, with a RetryInfo detail saying when to try again.
 func (s *clientService) refused(full, rid string, size, capacity int64, where string) error {
 	after := s.retryAfter(size, capacity)
-	e := notExecutedf(ResourceExhausted, "%s [%s]: refused: the queue of %s holds %d requests, %s of %d (servers are behind or down); not enqueued, retry after %v",
+	e := notExecutedf(ResourceExhausted, "%s [%s]: refused: the queue of %s holds %d request(s), %s of %d (servers are behind or down); not enqueued, retry after %v",
 		full, rid, s.name, size, where, capacity, after)
 	if withInfo, err := e.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); err == nil {
 		return withInfo

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -200,40 +199,41 @@ func (c *Client) checkAsync(method *MethodDesc, full, rid string, cfg *callConfi
 	return nil
 }
 
-// enqueue runs enqueueScript for one request through the client's pipeline
-// batcher and turns its verdict into an error.
+// enqueue writes one request through the client's enqueuer and turns the
+// verdict into an error.
 func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid string, capacity, due int64, raw []byte) error {
-	result := make(chan redis.Cmder, 1)
-	op := scriptOp(&scriptCall{
-		script: enqueueScript,
-		keys:   []string{c.keys.requests(svc.name), c.keys.retries(svc.name)},
-		args:   []any{capacity, due, raw},
-	}, func(cmd redis.Cmder) { result <- cmd })
-	err := c.writer.submit(ctx, op)
+	item := &enqueuing{
+		stream:   c.keys.requests(svc.name),
+		retries:  c.keys.retries(svc.name),
+		capacity: capacity,
+		due:      due,
+		raw:      raw,
+		result:   make(chan enqueueResult, 1),
+	}
+	notSent := func() error {
+		return notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
+	}
+	err := c.enqueuer.submit(ctx, item)
 	if errors.Is(err, errBatcherClosed) {
 		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
 	}
 	if err != nil {
-		return notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
+		return notSent()
 	}
-	var cmd redis.Cmder
+	var res enqueueResult
 	select {
-	case cmd = <-result:
+	case res = <-item.result:
 	case <-ctx.Done():
-		if op.abandon() {
-			return notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
+		if item.state.CompareAndSwap(opQueued, opAbandoned) {
+			return notSent()
 		}
-		cmd = <-result // already on its way: its outcome is what the caller must know
+		res = <-item.result // already on its way: its outcome is what the caller must know
 	}
-	verdict, err := cmd.(*redis.Cmd).Int64Slice()
-	if err != nil {
-		return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: enqueue: %v (whether the request was queued is unknown; enqueueing again with the same idempotency key is safe)", full, rid, err), local: true}
-	}
-	if len(verdict) != 2 {
-		return Errorf(Internal, "%s [%s]: enqueue script answered %v", full, rid, verdict)
-	}
-	if verdict[0] == 0 {
-		return svc.refused(full, rid, verdict[1], capacity, "at its cap")
+	switch {
+	case res.err != nil:
+		return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: enqueue: %v (whether the request was queued is unknown; enqueueing again with the same idempotency key is safe)", full, rid, res.err), local: true}
+	case !res.queued:
+		return svc.refused(full, rid, res.backlog, capacity, "at its cap")
 	}
 	return nil
 }

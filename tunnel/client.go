@@ -93,6 +93,7 @@ type Client struct {
 	log         *slog.Logger
 	interceptor UnaryClientInterceptor
 	writer      *batcher
+	enqueuer    *enqueuer
 	clock       redisClock
 	tracing     tracing
 	metrics     callMetrics
@@ -160,6 +161,7 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 		log:         opts.Logger.With("rpr_client", opts.ID),
 		interceptor: chainClientInterceptors(opts.Interceptors),
 		writer:      newBatcher(rdb, 4, 512, 4096),
+		enqueuer:    newEnqueuer(rdb, 2, 256, 4096),
 		tracing:     newTracing(opts.TracerProvider, opts.Propagator),
 		ctx:         ctx,
 		cancel:      cancel,
@@ -468,6 +470,7 @@ func (c *Client) Close() error {
 	}
 	c.wg.Wait()
 	c.writer.close()
+	c.enqueuer.close()
 	return errors.Join(errs...)
 }
 

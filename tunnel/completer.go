@@ -41,7 +41,7 @@ type completer struct {
 
 func newCompleter(rdb redis.UniversalClient, workerID string, queueSize int) *completer {
 	c := &completer{rdb: rdb, workerID: workerID}
-	c.coalescer = newCoalescer(4, 128, queueSize, c.flush)
+	c.coalescer = newCoalescer(2, 256, queueSize, c.flush)
 	return c
 }
 

@@ -175,9 +175,11 @@ for k = 1, (#KEYS - 1) / 2 do
   if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
   else
-    redis.call('HSET', st, 'state', final, 'done_ms', now)
-    if resp ~= '' then redis.call('HSET', st, 'resp', resp) end
-    redis.call('HDEL', st, 'lease')
+    if resp ~= '' then
+      redis.call('HSET', st, 'state', final, 'done_ms', now, 'lease', 0, 'resp', resp)
+    else
+      redis.call('HSET', st, 'state', final, 'done_ms', now, 'lease', 0)
+    end
     redis.call('PEXPIRE', st, ttl)
     out[k] = 1
     if action == 'reply' then
@@ -281,25 +283,36 @@ redis.call('XDEL', KEYS[1], ARGV[2])
 return 1
 `)
 
-// enqueueScript puts one async request in its service's queue, unless the
-// queue is at its cap: then it refuses, and nothing already queued is
-// touched. A request due later goes to the retry set instead of the stream.
+// enqueueScript puts a batch of async requests of one service in its
+// queue, each unless the queue is at its cap: a request that would pass
+// the cap is refused, and nothing already queued is touched. A request due
+// later goes to the retry set instead of the stream.
 //
 //	KEYS[1] request stream   KEYS[2] retry set
-//	ARGV[1] cap (entries in the stream plus the retry set)
-//	ARGV[2] due time (Redis unix ms; 0 for at once)   ARGV[3] envelope
+//	ARGV[3k-2..3k] request k: cap (entries in the stream plus the retry
+//	               set), due time (Redis unix ms; 0 for at once), envelope
 //
-// Returns {1, backlog} when queued, {0, backlog} when refused.
+// Returns {queued_1, backlog_1, queued_2, backlog_2, ...}: queued is 1 or
+// 0 (refused), backlog the queue's length after that request.
 var enqueueScript = redis.NewScript(`
 local backlog = redis.call('XLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2])
-if backlog >= tonumber(ARGV[1]) then return {0, backlog} end
-local due = tonumber(ARGV[2])
-if due > 0 then
-  redis.call('ZADD', KEYS[2], due, ARGV[3])
-else
-  redis.call('XADD', KEYS[1], '*', 'e', ARGV[3])
+local out = {}
+for k = 1, #ARGV / 3 do
+  local cap, due, env = tonumber(ARGV[3 * k - 2]), tonumber(ARGV[3 * k - 1]), ARGV[3 * k]
+  if backlog >= cap then
+    out[2 * k - 1] = 0
+  else
+    if due > 0 then
+      redis.call('ZADD', KEYS[2], due, env)
+    else
+      redis.call('XADD', KEYS[1], '*', 'e', env)
+    end
+    backlog = backlog + 1
+    out[2 * k - 1] = 1
+  end
+  out[2 * k] = backlog
 end
-return {1, backlog + 1}
+return out
 `)
 
 // moveDueScript moves async requests whose time has come (retries after
