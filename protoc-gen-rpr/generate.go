@@ -142,7 +142,7 @@ func genClient(g *protogen.GeneratedFile, s *service) {
 	)
 	g.P("type ", n.clientInterface, " interface {")
 	for _, m := range s.methods {
-		writeDoc(g, protoComment(m.Comments.Leading), deprecatedIf(m.deprecated))
+		writeDoc(g, protoComment(m.Comments.Leading), asyncClientDoc(m), deprecatedIf(m.deprecated))
 		g.P(clientSignature(g, m))
 	}
 	g.P("}")
@@ -164,6 +164,12 @@ func genClient(g *protogen.GeneratedFile, s *service) {
 
 	for i, m := range s.methods {
 		g.P("func (c ", n.clientImpl, ") ", clientSignature(g, m), " {")
+		if m.async {
+			g.P("return c.cc.Enqueue(ctx, &", n.serviceDesc, ".Methods[", i, "], in, opts...)")
+			g.P("}")
+			g.P()
+			continue
+		}
 		g.P("out := new(", m.Output.GoIdent, ")")
 		g.P("if err := c.cc.Invoke(ctx, &", n.serviceDesc, ".Methods[", i, "], in, out, opts...); err != nil {")
 		g.P("return nil, err")
@@ -174,19 +180,49 @@ func genClient(g *protogen.GeneratedFile, s *service) {
 	}
 }
 
-// clientSignature is a client method's name, parameters and results.
+// clientSignature is a client method's name, parameters and results. An
+// async method returns a receipt instead of a reply.
 func clientSignature(g *protogen.GeneratedFile, m *method) string {
+	results := "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
+	if m.async {
+		results = "(" + g.QualifiedGoIdent(tunnelPackage.Ident("Receipt")) + ", error)"
+	}
 	return m.GoName + "(ctx " + g.QualifiedGoIdent(contextPackage.Ident("Context")) +
 		", in *" + g.QualifiedGoIdent(m.Input.GoIdent) +
 		", opts ..." + g.QualifiedGoIdent(tunnelPackage.Ident("CallOption")) +
-		") (*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
+		") " + results
 }
 
-// serverSignature is a server method's name, parameters and results.
+// serverSignature is a server method's name, parameters and results. An
+// async method returns only an error: nobody waits for a reply.
 func serverSignature(g *protogen.GeneratedFile, m *method) string {
+	results := "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
+	if m.async {
+		results = "error"
+	}
 	return m.GoName + "(" + g.QualifiedGoIdent(contextPackage.Ident("Context")) +
 		", *" + g.QualifiedGoIdent(m.Input.GoIdent) +
-		") (*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
+		") " + results
+}
+
+// asyncClientDoc is the paragraph that tells callers of an async method
+// what its result means; "" for other methods.
+func asyncClientDoc(m *method) string {
+	if !m.async {
+		return ""
+	}
+	return paragraph("%s is async (fire-and-forget): it returns once the request is durably queued in Redis, with a receipt to find it by, and does not wait for a server to run it. Servers retry a failed request under the method's retry policy, then dead-letter it. Pass tunnel.WithIdempotencyKey to deduplicate, tunnel.WithDelay or tunnel.WithProcessAt to schedule it; see tunnel.Client.Enqueue.",
+		m.GoName)
+}
+
+// asyncServerDoc is the paragraph that tells implementations of an async
+// method what their error means; "" for other methods.
+func asyncServerDoc(m *method) string {
+	if !m.async {
+		return ""
+	}
+	return paragraph("%s is async: its caller got a receipt when the request was queued and does not wait for it. Return nil once the work is done. A non-nil error makes the servers retry the request under the method's retry policy and then dead-letter it; wrap the error with tunnel.Permanent to dead-letter it at once.",
+		m.GoName)
 }
 
 func genServer(g *protogen.GeneratedFile, s *service) {
@@ -200,7 +236,7 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 	)
 	g.P("type ", n.serverInterface, " interface {")
 	for _, m := range s.methods {
-		writeDoc(g, protoComment(m.Comments.Leading), deprecatedIf(m.deprecated))
+		writeDoc(g, protoComment(m.Comments.Leading), asyncServerDoc(m), deprecatedIf(m.deprecated))
 		g.P(serverSignature(g, m))
 	}
 	g.P(n.mustEmbed, "()")
@@ -216,7 +252,11 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 	g.P()
 	for _, m := range s.methods {
 		g.P("func (", n.unimplemented, ") ", serverSignature(g, m), " {")
-		g.P("return nil, ", tunnelPackage.Ident("Errorf"), "(", tunnelPackage.Ident("Unimplemented"), ", ",
+		results := "nil, "
+		if m.async {
+			results = ""
+		}
+		g.P("return ", results, tunnelPackage.Ident("Errorf"), "(", tunnelPackage.Ident("Unimplemented"), ", ",
 			quote("method "+m.GoName+" not implemented"), ")")
 		g.P("}")
 	}
@@ -265,7 +305,9 @@ func genRegister(g *protogen.GeneratedFile, file *protogen.File, s *service) {
 }
 
 // genHandlers writes one tunnel.MethodHandler per method: decode the request,
-// then call the implementation directly or through the interceptor.
+// then call the implementation directly or through the interceptor. An async
+// method's handler returns a nil reply with the implementation's error (the
+// server discards replies of async methods).
 func genHandlers(g *protogen.GeneratedFile, s *service) {
 	ctx := g.QualifiedGoIdent(contextPackage.Ident("Context"))
 	message := g.QualifiedGoIdent(protoPackage.Ident("Message"))
@@ -273,6 +315,9 @@ func genHandlers(g *protogen.GeneratedFile, s *service) {
 	for _, m := range s.methods {
 		in := g.QualifiedGoIdent(m.Input.GoIdent)
 		call := "srv.(" + s.names.serverInterface + ")." + m.GoName
+		if m.async {
+			call = "nil, " + call
+		}
 		g.P("func ", m.names.handler, "(srv any, ctx ", ctx, ", decode func(", message, ") error, interceptor ", interceptor, ") (", message, ", error) {")
 		g.P("in := new(", in, ")")
 		g.P("if err := decode(in); err != nil {")
@@ -320,6 +365,12 @@ func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) 
 		}
 		if s.bizCode != "" {
 			g.P("BizCode: ", quote(s.bizCode), ",")
+		}
+		if m.async {
+			g.P("Async: true,")
+		}
+		if s.maxBacklog != 0 {
+			g.P("MaxBacklog: ", s.maxBacklog, ",")
 		}
 		g.P("Handler: ", m.names.handler, ",")
 		g.P("},")

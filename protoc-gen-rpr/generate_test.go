@@ -251,8 +251,9 @@ func TestSupportedFeatures(t *testing.T) {
 // that every problem of a file is reported, not only the first.
 func TestRefused(t *testing.T) {
 	tests := []struct {
-		file string
-		want []string
+		file    string
+		want    []string
+		notWant []string // methods that are fine, so must not be named
 	}{
 		{
 			file: "rprtest/bad/v1/streaming.proto",
@@ -260,13 +261,16 @@ func TestRefused(t *testing.T) {
 				"protoc-gen-rpr: rprtest.bad.v1.Streams/Upload is a streaming method; rpr supports unary methods only (remove the stream keyword or move it to a gRPC service)",
 				"protoc-gen-rpr: rprtest.bad.v1.Streams/Watch is a streaming method",
 				"protoc-gen-rpr: rprtest.bad.v1.Streams/Chat is a streaming method",
+				"protoc-gen-rpr: rprtest.bad.v1.Streams/Feed is a streaming method",
 			},
 		},
 		{
 			file: "rprtest/bad/v1/async.proto",
 			want: []string{
-				"protoc-gen-rpr: rprtest.bad.v1.Mailer/Send is marked (rpr.v1.method).async; async methods need a newer rpr (not supported by this protoc-gen-rpr yet)",
+				`protoc-gen-rpr: rprtest.bad.v1.Mailer/Send is marked (rpr.v1.method).async but returns google.protobuf.StringValue; an async method's caller gets a receipt, not a reply, so it must return google.protobuf.Empty (import "google/protobuf/empty.proto" and declare returns (google.protobuf.Empty)), or drop async to make it a unary call`,
+				"protoc-gen-rpr: rprtest.bad.v1.Mailer/Reply is marked (rpr.v1.method).async but returns rprtest.bad.v1.MailerReply;",
 			},
+			notWant: []string{"Mailer/Queue"},
 		},
 		{
 			file: "rprtest/bad/v1/bizcode.proto",
@@ -295,6 +299,11 @@ func TestRefused(t *testing.T) {
 			for _, want := range tt.want {
 				if !strings.Contains(resp.GetError(), want) {
 					t.Errorf("error does not contain\n\t%s\nerror:\n%s", want, resp.GetError())
+				}
+			}
+			for _, notWant := range tt.notWant {
+				if strings.Contains(resp.GetError(), notWant) {
+					t.Errorf("error names %s, which is fine\nerror:\n%s", notWant, resp.GetError())
 				}
 			}
 			if len(resp.File) > 0 {

@@ -9,11 +9,16 @@
 //   - GreeterServer, UnimplementedGreeterServer (to embed by value),
 //     UnsafeGreeterServer and RegisterGreeterServer,
 //   - Greeter_ServiceDesc, the tunnel.ServiceDesc with each method's
-//     timeout, idempotency and business code from the .proto options.
+//     timeout, idempotency, retry policy, business code, async flag and
+//     backlog cap from the .proto options.
 //
-// Only unary methods are supported. Streaming methods, methods marked
-// (rpr.v1.method).async and malformed rpr options make the plugin fail with
-// a message that names the method or service and says what to change.
+// Methods are unary or, when marked (rpr.v1.method).async, fire-and-forget:
+// an async method must return google.protobuf.Empty; its client method
+// returns a tunnel.Receipt once the request is queued (tunnel.Client.Enqueue)
+// and its server method returns only an error. Streaming methods, async
+// methods with another output type and malformed rpr options make the
+// plugin fail with a message that names the method or service and says what
+// to change.
 //
 // Run it through buf (see buf.gen.yaml at the repository root):
 //

@@ -20,6 +20,7 @@ type service struct {
 	*protogen.Service
 	names      serviceNames
 	bizCode    string // (rpr.v1.service).biz_code, "" when unset
+	maxBacklog int64  // (rpr.v1.service).max_backlog, 0 when unset
 	deprecated bool   // option deprecated = true
 	methods    []*method
 }
@@ -33,7 +34,12 @@ type method struct {
 	idempotent bool                // idempotency_level is IDEMPOTENT or NO_SIDE_EFFECTS
 	deprecated bool                // option deprecated = true
 	retry      *tunnel.RetryPolicy // (rpr.v1.method).retry, nil when unset; zero fields mean the runtime's defaults
+	async      bool                // (rpr.v1.method).async: fire-and-forget, output google.protobuf.Empty
 }
+
+// emptyMessage is the output type an async method must have: its handler
+// returns only an error, and its caller gets a tunnel.Receipt, not a reply.
+const emptyMessage = "google.protobuf.Empty"
 
 // bizCodePattern is what (rpr.v1.service).biz_code must match when set: it is
 // a field of every request id, so it has a fixed shape.
@@ -61,6 +67,9 @@ func loadService(s *protogen.Service) (*service, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("protoc-gen-rpr: service %s: (rpr.v1.service).timeout %w", s.Desc.FullName(), err))
 	}
+	if svc.maxBacklog, err = tunnel.MaxBacklogOption(rprOpts.GetMaxBacklog()); err != nil {
+		errs = append(errs, fmt.Errorf("protoc-gen-rpr: service %s: (rpr.v1.service).max_backlog %w", s.Desc.FullName(), err))
+	}
 
 	for _, m := range s.Methods {
 		meth, err := loadMethod(m, serviceTimeout)
@@ -85,8 +94,10 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 	}
 	methodOpts, _ := m.Desc.Options().(*descriptorpb.MethodOptions)
 	rprOpts, _ := proto.GetExtension(methodOpts, rprv1.E_Method).(*rprv1.MethodOptions)
-	if rprOpts.GetAsync() {
-		return nil, fmt.Errorf("protoc-gen-rpr: %s is marked (rpr.v1.method).async; async methods need a newer rpr (not supported by this protoc-gen-rpr yet)", name)
+	async := rprOpts.GetAsync()
+	if out := m.Output.Desc.FullName(); async && out != emptyMessage {
+		return nil, fmt.Errorf("protoc-gen-rpr: %s is marked (rpr.v1.method).async but returns %s; an async method's caller gets a receipt, not a reply, so it must return %s (import \"google/protobuf/empty.proto\" and declare returns (google.protobuf.Empty)), or drop async to make it a unary call",
+			name, out, emptyMessage)
 	}
 	timeout, err := tunnel.DurationOption(rprOpts.GetTimeout())
 	if err != nil {
@@ -114,5 +125,6 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 		timeout:    timeout,
 		idempotent: level == descriptorpb.MethodOptions_IDEMPOTENT || level == descriptorpb.MethodOptions_NO_SIDE_EFFECTS,
 		deprecated: methodOpts.GetDeprecated(),
+		async:      async,
 	}, nil
 }

@@ -13,14 +13,15 @@ import (
 	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
 )
 
-// MethodDescFor returns the MethodDesc of md for Client.Invoke, with what
-// generated code would put there: Idempotent from idempotency_level,
-// Timeout from (rpr.v1.method).timeout else (rpr.v1.service).timeout,
-// Retry from (rpr.v1.method).retry and BizCode from
-// (rpr.v1.service).biz_code. With a descriptor from LoadSchema and
-// dynamicpb messages, it calls a service whose Go types the program does
-// not have. Streaming and async methods are refused, as protoc-gen-rpr
-// refuses them.
+// MethodDescFor returns the MethodDesc of md for Client.Invoke (or, for an
+// async method, Client.Enqueue), with what generated code would put there:
+// Idempotent from idempotency_level, Timeout from (rpr.v1.method).timeout
+// else (rpr.v1.service).timeout, Retry from (rpr.v1.method).retry, Async
+// from (rpr.v1.method).async, and BizCode and MaxBacklog from
+// (rpr.v1.service). With a descriptor from LoadSchema and dynamicpb
+// messages, it calls a service whose Go types the program does not have.
+// Streaming methods, and async methods whose output is not
+// google.protobuf.Empty, are refused, as protoc-gen-rpr refuses them.
 func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 	sd, ok := md.Parent().(protoreflect.ServiceDescriptor)
 	if !ok {
@@ -34,8 +35,8 @@ func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 	svcRPR, _ := proto.GetExtension(svcOpts, rprv1.E_Service).(*rprv1.ServiceOptions)
 	methodOpts, _ := md.Options().(*descriptorpb.MethodOptions)
 	methodRPR, _ := proto.GetExtension(methodOpts, rprv1.E_Method).(*rprv1.MethodOptions)
-	if methodRPR.GetAsync() {
-		return nil, fmt.Errorf("rpr: %s is an async method ((rpr.v1.method).async); this rpr carries unary calls only", full)
+	if methodRPR.GetAsync() && md.Output().FullName() != emptyMessageName {
+		return nil, fmt.Errorf("rpr: %s is an async method ((rpr.v1.method).async) but returns %s; async methods must return %s", full, md.Output().FullName(), emptyMessageName)
 	}
 
 	desc := &MethodDesc{Service: string(sd.FullName()), Name: string(md.Name())}
@@ -61,7 +62,26 @@ func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 			return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).retry: %w", full, err)
 		}
 	}
+	desc.Async = methodRPR.GetAsync()
+	if desc.MaxBacklog, err = MaxBacklogOption(svcRPR.GetMaxBacklog()); err != nil {
+		return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).max_backlog %w", full, err)
+	}
 	return desc, nil
+}
+
+// emptyMessageName is the output type async methods must have: their
+// handlers return only an error.
+const emptyMessageName = "google.protobuf.Empty"
+
+// MaxBacklogOption converts a (rpr.v1.service).max_backlog option to
+// MethodDesc.MaxBacklog; 0 stays 0, meaning the client's default. Shared by
+// protoc-gen-rpr and MethodDescFor. Its errors complete a sentence that
+// starts with the option's name.
+func MaxBacklogOption(n uint64) (int64, error) {
+	if n > math.MaxInt64 {
+		return 0, fmt.Errorf("of %d is more than an int64 can hold; set a realistic cap (e.g. 100000) or leave it out", n)
+	}
+	return int64(n), nil
 }
 
 // DurationOption converts a duration option of proto/rpr/v1/options.proto

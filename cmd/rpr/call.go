@@ -31,7 +31,8 @@ const callDefaultTimeout = 10 * time.Second
 func newCallCommand() *cobra.Command {
 	var rf redisFlags
 	var headers []string
-	var timeout time.Duration
+	var timeout, delay time.Duration
+	var idempotencyKey string
 	var emitDefaults, verbose bool
 	cmd := &cobra.Command{
 		Use:   "call pkg.Service/Method [JSON | @file | -]",
@@ -46,27 +47,43 @@ is needed.
 The deadline is --timeout, else the method's (rpr.v1.method) or
 (rpr.v1.service) timeout, else 10s.
 
-Exit status: 0 when the call succeeds; 1 when it fails (its code, message
-and details go to stderr); 2 when it cannot be made (Redis unreachable, no
-published schema, unknown method, request that does not match the input
-message).`,
+An async method ((rpr.v1.method).async) is enqueued, not waited for: call
+returns as soon as the request is durably in Redis and prints its receipt
+as JSON (requestId, idempotencyKey, processAt). A server runs it later and
+retries it under the method's retry policy; --timeout then limits each
+attempt of the handler. --idempotency-key deduplicates (at most one request
+with a key succeeds), --delay schedules the request for later; both apply
+to async methods only.
+
+Exit status: 0 when the call succeeds (or an async request is queued); 1
+when it fails (its code, message and details go to stderr); 2 when it
+cannot be made (Redis unreachable, no published schema, unknown method,
+request that does not match the input message, flags that do not apply to
+the method).`,
 		Example: `  rpr call examples.greeter.v1.Greeter/SayHello '{"name": "Ada"}'
   rpr call -H tenant:acme --timeout 2s examples.greeter.v1.Greeter/SayHello @req.json
-  echo '{"name": "Ada"}' | rpr call examples.greeter.v1.Greeter/SayHello -`,
+  echo '{"name": "Ada"}' | rpr call examples.greeter.v1.Greeter/SayHello -
+  rpr call --idempotency-key order-42 --delay 5m shop.v1.Orders/ShipOrder '{"id": "42"}'`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			input := "{}"
 			if len(args) == 2 {
 				input = args[1]
 			}
-			return runCall(cmd, rf, args[0], input, callFlags{headers: headers, timeout: timeout, emitDefaults: emitDefaults, verbose: verbose})
+			return runCall(cmd, rf, args[0], input, callFlags{
+				headers: headers, timeout: timeout, emitDefaults: emitDefaults, verbose: verbose,
+				idempotencyKey: idempotencyKey, delay: delay,
+				asyncFlagsSet: cmd.Flags().Changed("idempotency-key") || cmd.Flags().Changed("delay"),
+			})
 		},
 	}
 	rf.register(cmd)
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "request metadata as key:value (repeatable)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline of the call (default: the method's timeout, else 10s)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline of the call (default: the method's timeout, else 10s); for an async method, the time limit of each attempt of its handler")
 	cmd.Flags().BoolVar(&emitDefaults, "emit-defaults", false, "print response fields that hold their zero value")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the request id, response headers and trailers to stderr")
+	cmd.Flags().StringVar(&idempotencyKey, "idempotency-key", "", "async methods only: key the request is deduplicated by (default: its request id)")
+	cmd.Flags().DurationVar(&delay, "delay", 0, "async methods only: run the request this long from now instead of at once")
 	return cmd
 }
 
@@ -75,6 +92,10 @@ type callFlags struct {
 	timeout      time.Duration
 	emitDefaults bool
 	verbose      bool
+	// Async methods only.
+	idempotencyKey string
+	delay          time.Duration
+	asyncFlagsSet  bool // --idempotency-key or --delay was given
 }
 
 func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags callFlags) error {
@@ -103,6 +124,9 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 	if err != nil {
 		return exitError{code: 2, cause: err}
 	}
+	if err := checkAsyncFlags(method, flags); err != nil {
+		return exitError{code: 2, cause: err}
+	}
 	req, err := readRequest(cmd.InOrStdin(), input, target)
 	if err != nil {
 		return exitError{code: 2, cause: err}
@@ -116,6 +140,9 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 		return exitError{code: 2, cause: err}
 	}
 	defer client.Close()
+	if method.Async {
+		return runEnqueue(cmd, client, method, req, header, flags, target.types)
+	}
 	var rid string
 	var respHeader, trailer tunnel.Metadata
 	opts := []tunnel.CallOption{tunnel.CaptureRequestID(&rid), tunnel.WithResponseHeader(&respHeader), tunnel.WithTrailer(&trailer)}
@@ -147,6 +174,62 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 	}
 	indented.WriteByte('\n')
 	_, err = stdout.Write(indented.Bytes())
+	return err
+}
+
+// checkAsyncFlags refuses flags that do not apply to the method.
+func checkAsyncFlags(method *tunnel.MethodDesc, flags callFlags) error {
+	if !method.Async {
+		if flags.asyncFlagsSet {
+			return fmt.Errorf("--idempotency-key and --delay apply to async methods only; %s is a unary method (it is answered, not queued)", method.FullMethod())
+		}
+		return nil
+	}
+	if flags.delay < 0 {
+		return fmt.Errorf("--delay %v is negative; give a positive duration such as 30s, or leave it out to run the request at once", flags.delay)
+	}
+	return nil
+}
+
+// runEnqueue sends one request of an async method and prints its receipt
+// as JSON: nobody waits for the handler, so there is no response to show.
+func runEnqueue(cmd *cobra.Command, client *tunnel.Client, method *tunnel.MethodDesc, req proto.Message, header [][2]string, flags callFlags, types *dynamicpb.Types) error {
+	var rid string
+	opts := []tunnel.CallOption{tunnel.CaptureRequestID(&rid)}
+	for _, kv := range header {
+		opts = append(opts, tunnel.WithHeader(kv[0], kv[1]))
+	}
+	if flags.timeout > 0 {
+		// The time limit of each attempt of the handler.
+		opts = append(opts, tunnel.WithTimeout(flags.timeout))
+	}
+	if flags.idempotencyKey != "" {
+		opts = append(opts, tunnel.WithIdempotencyKey(flags.idempotencyKey))
+	}
+	if flags.delay > 0 {
+		opts = append(opts, tunnel.WithDelay(flags.delay))
+	}
+	// Enqueueing waits for Redis only; bound it as a unary call is bounded
+	// by default.
+	ctx, cancel := context.WithTimeout(cmd.Context(), callDefaultTimeout)
+	defer cancel()
+	receipt, err := client.Enqueue(ctx, method, req, opts...)
+	if flags.verbose {
+		fmt.Fprintf(cmd.ErrOrStderr(), "request id: %s\n", rid)
+	}
+	if err != nil {
+		printCallError(cmd.ErrOrStderr(), method.FullMethod(), rid, err, types)
+		return exitError{code: 1}
+	}
+	text, err := json.MarshalIndent(struct {
+		RequestID      string `json:"requestId"`
+		IdempotencyKey string `json:"idempotencyKey"`
+		ProcessAt      string `json:"processAt"`
+	}{receipt.RequestID, receipt.IdempotencyKey, receipt.ProcessAt.UTC().Format(time.RFC3339Nano)}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("request queued as %s but its receipt cannot be shown as JSON: %w", receipt.RequestID, err)
+	}
+	_, err = cmd.OutOrStdout().Write(append(text, '\n'))
 	return err
 }
 

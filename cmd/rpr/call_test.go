@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -17,10 +18,12 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+	_ "google.golang.org/protobuf/types/known/emptypb" // in the schema of mailerService
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
+	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -300,4 +303,153 @@ func shoutFileWithPackage(t *testing.T, pkg string) (*descriptorpb.FileDescripto
 		t.Fatal(err)
 	}
 	return fdp, fd
+}
+
+// mailerService is an async service published to Redis by the test alone:
+// enqueueing needs no server, so rpr call can be tested on async methods
+// before any example implements one.
+const mailerService = "rprtest.mail.v1.Mailer"
+
+// publishMailerSchema writes the schema of mailerService to Redis as a
+// server would: Send is async, Count is unary, and the service caps its
+// backlog at maxBacklog.
+func publishMailerSchema(t *testing.T, rs *redistest.Server, maxBacklog uint64) {
+	t.Helper()
+	svcOpts := &descriptorpb.ServiceOptions{}
+	proto.SetExtension(svcOpts, rprv1.E_Service, &rprv1.ServiceOptions{MaxBacklog: maxBacklog})
+	sendOpts := &descriptorpb.MethodOptions{}
+	proto.SetExtension(sendOpts, rprv1.E_Method, &rprv1.MethodOptions{Async: true})
+	fdp := &descriptorpb.FileDescriptorProto{
+		Name:       proto.String("rprtest/mail/v1/mail.proto"),
+		Package:    proto.String("rprtest.mail.v1"),
+		Syntax:     proto.String("proto3"),
+		Dependency: []string{"google/protobuf/empty.proto", "google/protobuf/wrappers.proto", "rpr/v1/options.proto"},
+		Service: []*descriptorpb.ServiceDescriptorProto{{
+			Name:    proto.String("Mailer"),
+			Options: svcOpts,
+			Method: []*descriptorpb.MethodDescriptorProto{
+				{Name: proto.String("Send"), InputType: proto.String(".google.protobuf.StringValue"), OutputType: proto.String(".google.protobuf.Empty"), Options: sendOpts},
+				{Name: proto.String("Count"), InputType: proto.String(".google.protobuf.Empty"), OutputType: proto.String(".google.protobuf.StringValue")},
+			},
+		}},
+	}
+	// The schema holds the file and everything it imports, transitively.
+	set := &descriptorpb.FileDescriptorSet{}
+	seen := map[string]bool{}
+	var add func(path string)
+	add = func(path string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		fd, err := protoregistry.GlobalFiles.FindFileByPath(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range fd.Imports().Len() {
+			add(fd.Imports().Get(i).Path())
+		}
+		set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
+	}
+	for _, dep := range fdp.Dependency {
+		add(dep)
+	}
+	set.File = append(set.File, fdp)
+	raw, err := proto.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Client(t).Set(context.Background(), tunnel.DefaultPrefix+"{"+mailerService+"}:schema", raw, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// callReceipt is what rpr call prints for an async method.
+type callReceipt struct {
+	RequestID      string    `json:"requestId"`
+	IdempotencyKey string    `json:"idempotencyKey"`
+	ProcessAt      time.Time `json:"processAt"`
+}
+
+func TestCallAsyncEnqueues(t *testing.T) {
+	rs := redistest.Start(t)
+	publishMailerSchema(t, rs, 0)
+	rdb := rs.Client(t)
+	ctx := context.Background()
+	url := rs.URL()
+	queue := tunnel.DefaultPrefix + "{" + mailerService + "}:req"
+	scheduled := tunnel.DefaultPrefix + "{" + mailerService + "}:retry"
+
+	res := runRPRIO(t, "", "call", "--redis", url, "-v", mailerService+"/Send", `"hello"`)
+	if res.code != 0 {
+		t.Fatalf("call: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	var r callReceipt
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatalf("stdout %q is not a receipt: %v", res.stdout, err)
+	}
+	if r.RequestID == "" || r.IdempotencyKey != r.RequestID || time.Since(r.ProcessAt).Abs() > time.Minute {
+		t.Errorf("receipt %+v; want a request id, the same idempotency key, due now", r)
+	}
+	if !strings.Contains(res.stderr, "request id: "+r.RequestID) {
+		t.Errorf("-v: stderr %q lacks the request id", res.stderr)
+	}
+	if n, err := rdb.XLen(ctx, queue).Result(); err != nil || n != 1 {
+		t.Errorf("XLEN %s = %d, %v; want the request queued", queue, n, err)
+	}
+
+	// Scheduled, with an idempotency key.
+	res = runRPRIO(t, "", "call", "--redis", url, "--idempotency-key", "mail-42", "--delay", "1h", mailerService+"/Send", `"later"`)
+	if res.code != 0 {
+		t.Fatalf("delayed call: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	r = callReceipt{}
+	if err := json.Unmarshal([]byte(res.stdout), &r); err != nil {
+		t.Fatalf("stdout %q is not a receipt: %v", res.stdout, err)
+	}
+	if r.IdempotencyKey != "mail-42" || r.RequestID == "" || r.RequestID == r.IdempotencyKey ||
+		time.Until(r.ProcessAt) < 59*time.Minute || time.Until(r.ProcessAt) > 61*time.Minute {
+		t.Errorf("receipt %+v; want key mail-42, due in an hour", r)
+	}
+	if n, err := rdb.ZCard(ctx, scheduled).Result(); err != nil || n != 1 {
+		t.Errorf("ZCARD %s = %d, %v; want the delayed request scheduled", scheduled, n, err)
+	}
+
+	// Flags that do not apply.
+	for _, args := range [][]string{
+		{"--delay", "1s", mailerService + "/Count"},
+		{"--idempotency-key", "k", mailerService + "/Count"},
+	} {
+		res = runRPRIO(t, "", append([]string{"call", "--redis", url}, args...)...)
+		if res.code != 2 || !strings.Contains(res.stderr, "apply to async methods only; "+mailerService+"/Count is a unary method") {
+			t.Errorf("call %q: exit %d, stderr %q; want 2 and an error about async-only flags", args, res.code, res.stderr)
+		}
+	}
+	res = runRPRIO(t, "", "call", "--redis", url, "--delay", "-1s", mailerService+"/Send", `"x"`)
+	if res.code != 2 || !strings.Contains(res.stderr, "--delay -1s is negative") {
+		t.Errorf("negative delay: exit %d, stderr %q", res.code, res.stderr)
+	}
+}
+
+// TestCallAsyncBacklogFull checks that the service's max_backlog reaches
+// the client through the published schema: with a cap of 2 and no server
+// draining the queue, enqueueing is refused within a few calls.
+func TestCallAsyncBacklogFull(t *testing.T) {
+	rs := redistest.Start(t)
+	publishMailerSchema(t, rs, 2)
+	var res rprResult
+	for i := range 4 {
+		res = runRPRIO(t, "", "call", "--redis", rs.URL(), mailerService+"/Send", `"hello"`)
+		if res.code != 0 {
+			if i == 0 {
+				t.Fatalf("first call refused: exit %d, stderr %q", res.code, res.stderr)
+			}
+			break
+		}
+	}
+	for _, want := range []string{mailerService + "/Send failed", "RESOURCE_EXHAUSTED", "executed:   no"} {
+		if res.code != 1 || !strings.Contains(res.stderr, want) {
+			t.Errorf("call over the backlog cap: exit %d, stderr %q; want 1 and %q", res.code, res.stderr, want)
+		}
+	}
 }

@@ -36,7 +36,14 @@ type ServiceOptions struct {
 	// id read in a log says which service it belongs to. Upper-case letters and
 	// digits. When empty, the client's code (or one derived from the service
 	// name) is used.
-	BizCode       string `protobuf:"bytes,2,opt,name=biz_code,json=bizCode,proto3" json:"biz_code,omitempty"`
+	BizCode string `protobuf:"bytes,2,opt,name=biz_code,json=bizCode,proto3" json:"biz_code,omitempty"`
+	// Cap on the requests waiting in the service's queue (the request stream
+	// plus the retry set of async requests waiting for their next attempt or
+	// their due time). Clients refuse new calls with RESOURCE_EXHAUSTED once
+	// the backlog reaches ClientOptions.BacklogWatermark (85% by default) of
+	// it, so a stalled consumer side cannot fill Redis. 0 means the client's
+	// default (ClientOptions.MaxBacklog, 100,000).
+	MaxBacklog    uint64 `protobuf:"varint,3,opt,name=max_backlog,json=maxBacklog,proto3" json:"max_backlog,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,20 +92,38 @@ func (x *ServiceOptions) GetBizCode() string {
 	return ""
 }
 
+func (x *ServiceOptions) GetMaxBacklog() uint64 {
+	if x != nil {
+		return x.MaxBacklog
+	}
+	return 0
+}
+
 // MethodOptions apply to one method.
 type MethodOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Default deadline for calls whose context has none. Overrides the
 	// service's timeout.
 	Timeout *durationpb.Duration `protobuf:"bytes,1,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	// Marks a fire-and-forget method: the client gets a receipt once the
-	// request is durably in Redis and the server's handler returns only an
-	// error. Reserved for the async runtime; protoc-gen-rpr refuses async
-	// methods until that runtime exists.
+	// Marks a fire-and-forget method: the generated client method returns a
+	// tunnel.Receipt as soon as the request is durably in Redis (it does not
+	// wait for a server), and the server's handler returns only an error.
+	// A failed request is redelivered by the servers under the method's
+	// retry policy (see retry) and, after its last attempt or on a permanent
+	// error (tunnel.Permanent), moved to the service's dead-letter stream.
+	// The method's output type must be google.protobuf.Empty; streaming
+	// methods cannot be async.
 	Async bool `protobuf:"varint,2,opt,name=async,proto3" json:"async,omitempty"`
 	// Default retry policy of the method's calls (a call may override it
-	// with tunnel.WithRetry). The runtime retries only when a retry cannot
-	// run the request twice: see tunnel.RetryPolicy.
+	// with tunnel.WithRetry). For a unary method it drives client retries,
+	// which happen only when a retry cannot run the request twice: see
+	// tunnel.RetryPolicy. For an async method it configures server-side
+	// redelivery of failed requests instead; unset fields then default to
+	// 8 attempts, 1s initial backoff, multiplier 2, at most 5m apart, and
+	// every code retryable except the permanent ones (INVALID_ARGUMENT,
+	// NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION,
+	// OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED): see
+	// tunnel.DefaultAsyncRetryPolicy.
 	Retry         *RetryPolicy `protobuf:"bytes,3,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -155,8 +180,10 @@ func (x *MethodOptions) GetRetry() *RetryPolicy {
 	return nil
 }
 
-// RetryPolicy configures client retries. Unset fields take the runtime's
-// defaults (3 attempts, 200ms then 400ms, UNAVAILABLE only).
+// RetryPolicy configures client retries of unary methods and server-side
+// redelivery of async ones. Unset fields take the runtime's defaults: for
+// unary methods 3 attempts, 200ms then 400ms, UNAVAILABLE only; for async
+// methods see MethodOptions.retry.
 type RetryPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Attempts in all, the first included.
@@ -276,10 +303,12 @@ var File_rpr_v1_options_proto protoreflect.FileDescriptor
 
 const file_rpr_v1_options_proto_rawDesc = "" +
 	"\n" +
-	"\x14rpr/v1/options.proto\x12\x06rpr.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"`\n" +
+	"\x14rpr/v1/options.proto\x12\x06rpr.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\x81\x01\n" +
 	"\x0eServiceOptions\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
-	"\bbiz_code\x18\x02 \x01(\tR\abizCode\"\x85\x01\n" +
+	"\bbiz_code\x18\x02 \x01(\tR\abizCode\x12\x1f\n" +
+	"\vmax_backlog\x18\x03 \x01(\x04R\n" +
+	"maxBacklog\"\x85\x01\n" +
 	"\rMethodOptions\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x14\n" +
 	"\x05async\x18\x02 \x01(\bR\x05async\x12)\n" +

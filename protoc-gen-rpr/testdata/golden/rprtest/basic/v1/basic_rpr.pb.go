@@ -55,6 +55,14 @@ const (
 	// ZeroTimeout sets a zero timeout, which counts as unset: the service's
 	// 30s apply.
 	Orders_ZeroTimeout_FullMethodName = "rprtest.basic.v1.Orders/ZeroTimeout"
+	// Orders_ShipOrder_FullMethodName is the full name of Orders.ShipOrder.
+	//
+	// ShipOrder hands an order to the warehouse; the caller does not wait.
+	Orders_ShipOrder_FullMethodName = "rprtest.basic.v1.Orders/ShipOrder"
+	// Orders_OldNotify_FullMethodName is the full name of Orders.OldNotify.
+	//
+	// Deprecated: Do not use.
+	Orders_OldNotify_FullMethodName = "rprtest.basic.v1.Orders/OldNotify"
 )
 
 // OrdersClient is the client API of the rprtest.basic.v1.Orders service.
@@ -81,6 +89,24 @@ type OrdersClient interface {
 	// ZeroTimeout sets a zero timeout, which counts as unset: the service's
 	// 30s apply.
 	ZeroTimeout(ctx context.Context, in *emptypb.Empty, opts ...tunnel.CallOption) (*emptypb.Empty, error)
+	// ShipOrder hands an order to the warehouse; the caller does not wait.
+	//
+	// ShipOrder is async (fire-and-forget): it returns once the request is durably
+	// queued in Redis, with a receipt to find it by, and does not wait for a server
+	// to run it. Servers retry a failed request under the method's retry policy,
+	// then dead-letter it. Pass tunnel.WithIdempotencyKey to deduplicate,
+	// tunnel.WithDelay or tunnel.WithProcessAt to schedule it; see
+	// tunnel.Client.Enqueue.
+	ShipOrder(ctx context.Context, in *ShipOrderRequest, opts ...tunnel.CallOption) (tunnel.Receipt, error)
+	// OldNotify is async (fire-and-forget): it returns once the request is durably
+	// queued in Redis, with a receipt to find it by, and does not wait for a server
+	// to run it. Servers retry a failed request under the method's retry policy,
+	// then dead-letter it. Pass tunnel.WithIdempotencyKey to deduplicate,
+	// tunnel.WithDelay or tunnel.WithProcessAt to schedule it; see
+	// tunnel.Client.Enqueue.
+	//
+	// Deprecated: Do not use.
+	OldNotify(ctx context.Context, in *emptypb.Empty, opts ...tunnel.CallOption) (tunnel.Receipt, error)
 }
 
 type ordersClient struct {
@@ -149,6 +175,14 @@ func (c ordersClient) ZeroTimeout(ctx context.Context, in *emptypb.Empty, opts .
 	return out, nil
 }
 
+func (c ordersClient) ShipOrder(ctx context.Context, in *ShipOrderRequest, opts ...tunnel.CallOption) (tunnel.Receipt, error) {
+	return c.cc.Enqueue(ctx, &Orders_ServiceDesc.Methods[7], in, opts...)
+}
+
+func (c ordersClient) OldNotify(ctx context.Context, in *emptypb.Empty, opts ...tunnel.CallOption) (tunnel.Receipt, error) {
+	return c.cc.Enqueue(ctx, &Orders_ServiceDesc.Methods[8], in, opts...)
+}
+
 // OrdersServer is the server API of the rprtest.basic.v1.Orders service.
 // Implementations must embed UnimplementedOrdersServer by value, so that adding
 // a method to the service does not break them.
@@ -175,6 +209,22 @@ type OrdersServer interface {
 	// ZeroTimeout sets a zero timeout, which counts as unset: the service's
 	// 30s apply.
 	ZeroTimeout(context.Context, *emptypb.Empty) (*emptypb.Empty, error)
+	// ShipOrder hands an order to the warehouse; the caller does not wait.
+	//
+	// ShipOrder is async: its caller got a receipt when the request was queued and
+	// does not wait for it. Return nil once the work is done. A non-nil error makes
+	// the servers retry the request under the method's retry policy and then
+	// dead-letter it; wrap the error with tunnel.Permanent to dead-letter it at
+	// once.
+	ShipOrder(context.Context, *ShipOrderRequest) error
+	// OldNotify is async: its caller got a receipt when the request was queued and
+	// does not wait for it. Return nil once the work is done. A non-nil error makes
+	// the servers retry the request under the method's retry policy and then
+	// dead-letter it; wrap the error with tunnel.Permanent to dead-letter it at
+	// once.
+	//
+	// Deprecated: Do not use.
+	OldNotify(context.Context, *emptypb.Empty) error
 	mustEmbedUnimplementedOrdersServer()
 }
 
@@ -204,6 +254,12 @@ func (UnimplementedOrdersServer) Quick(context.Context, *emptypb.Empty) (*emptyp
 }
 func (UnimplementedOrdersServer) ZeroTimeout(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
 	return nil, tunnel.Errorf(tunnel.Unimplemented, "method ZeroTimeout not implemented")
+}
+func (UnimplementedOrdersServer) ShipOrder(context.Context, *ShipOrderRequest) error {
+	return tunnel.Errorf(tunnel.Unimplemented, "method ShipOrder not implemented")
+}
+func (UnimplementedOrdersServer) OldNotify(context.Context, *emptypb.Empty) error {
+	return tunnel.Errorf(tunnel.Unimplemented, "method OldNotify not implemented")
 }
 func (UnimplementedOrdersServer) mustEmbedUnimplementedOrdersServer() {}
 func (UnimplementedOrdersServer) testEmbeddedByValue()                {}
@@ -361,6 +417,42 @@ func _Orders_ZeroTimeout_Handler(srv any, ctx context.Context, decode func(proto
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Orders_ShipOrder_Handler(srv any, ctx context.Context, decode func(proto.Message) error, interceptor tunnel.UnaryServerInterceptor) (proto.Message, error) {
+	in := new(ShipOrderRequest)
+	if err := decode(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return nil, srv.(OrdersServer).ShipOrder(ctx, in)
+	}
+	info := &tunnel.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Orders_ShipOrder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		return nil, srv.(OrdersServer).ShipOrder(ctx, req.(*ShipOrderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Orders_OldNotify_Handler(srv any, ctx context.Context, decode func(proto.Message) error, interceptor tunnel.UnaryServerInterceptor) (proto.Message, error) {
+	in := new(emptypb.Empty)
+	if err := decode(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return nil, srv.(OrdersServer).OldNotify(ctx, in)
+	}
+	info := &tunnel.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Orders_OldNotify_FullMethodName,
+	}
+	handler := func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		return nil, srv.(OrdersServer).OldNotify(ctx, req.(*emptypb.Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Orders_ServiceDesc is the tunnel.ServiceDesc of the rprtest.basic.v1.Orders
 // service, with each method's defaults from the .proto options. It is meant to
 // be passed around (as RegisterOrdersServer and the client do), not changed.
@@ -374,6 +466,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Timeout:    1500 * time.Millisecond,
 			Idempotent: true,
 			BizCode:    "ORD1",
+			MaxBacklog: 5000,
 			Handler:    _Orders_GetOrder_Handler,
 		},
 		{
@@ -388,44 +481,73 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 				Multiplier:     1.5,
 				RetryableCodes: []tunnel.Code{tunnel.Unavailable, tunnel.DeadlineExceeded, tunnel.ResourceExhausted},
 			},
-			BizCode: "ORD1",
-			Handler: _Orders_CancelOrder_Handler,
+			BizCode:    "ORD1",
+			MaxBacklog: 5000,
+			Handler:    _Orders_CancelOrder_Handler,
+		},
+		{
+			Service:    "rprtest.basic.v1.Orders",
+			Name:       "Ping",
+			Timeout:    30 * time.Second,
+			Retry:      &tunnel.RetryPolicy{},
+			BizCode:    "ORD1",
+			MaxBacklog: 5000,
+			Handler:    _Orders_Ping_Handler,
+		},
+		{
+			Service:    "rprtest.basic.v1.Orders",
+			Name:       "Charge",
+			Timeout:    2 * time.Minute,
+			BizCode:    "ORD1",
+			MaxBacklog: 5000,
+			Handler:    _Orders_Charge_Handler,
+		},
+		{
+			Service:    "rprtest.basic.v1.Orders",
+			Name:       "OldLookup",
+			Timeout:    time.Hour,
+			BizCode:    "ORD1",
+			MaxBacklog: 5000,
+			Handler:    _Orders_OldLookup_Handler,
+		},
+		{
+			Service:    "rprtest.basic.v1.Orders",
+			Name:       "Quick",
+			Timeout:    250 * time.Microsecond,
+			BizCode:    "ORD1",
+			MaxBacklog: 5000,
+			Handler:    _Orders_Quick_Handler,
+		},
+		{
+			Service:    "rprtest.basic.v1.Orders",
+			Name:       "ZeroTimeout",
+			Timeout:    30 * time.Second,
+			BizCode:    "ORD1",
+			MaxBacklog: 5000,
+			Handler:    _Orders_ZeroTimeout_Handler,
 		},
 		{
 			Service: "rprtest.basic.v1.Orders",
-			Name:    "Ping",
+			Name:    "ShipOrder",
 			Timeout: 30 * time.Second,
-			Retry:   &tunnel.RetryPolicy{},
-			BizCode: "ORD1",
-			Handler: _Orders_Ping_Handler,
+			Retry: &tunnel.RetryPolicy{
+				MaxAttempts:    10,
+				InitialBackoff: 2 * time.Second,
+				RetryableCodes: []tunnel.Code{tunnel.Unavailable, tunnel.Aborted},
+			},
+			BizCode:    "ORD1",
+			Async:      true,
+			MaxBacklog: 5000,
+			Handler:    _Orders_ShipOrder_Handler,
 		},
 		{
-			Service: "rprtest.basic.v1.Orders",
-			Name:    "Charge",
-			Timeout: 2 * time.Minute,
-			BizCode: "ORD1",
-			Handler: _Orders_Charge_Handler,
-		},
-		{
-			Service: "rprtest.basic.v1.Orders",
-			Name:    "OldLookup",
-			Timeout: time.Hour,
-			BizCode: "ORD1",
-			Handler: _Orders_OldLookup_Handler,
-		},
-		{
-			Service: "rprtest.basic.v1.Orders",
-			Name:    "Quick",
-			Timeout: 250 * time.Microsecond,
-			BizCode: "ORD1",
-			Handler: _Orders_Quick_Handler,
-		},
-		{
-			Service: "rprtest.basic.v1.Orders",
-			Name:    "ZeroTimeout",
-			Timeout: 30 * time.Second,
-			BizCode: "ORD1",
-			Handler: _Orders_ZeroTimeout_Handler,
+			Service:    "rprtest.basic.v1.Orders",
+			Name:       "OldNotify",
+			Timeout:    30 * time.Second,
+			BizCode:    "ORD1",
+			Async:      true,
+			MaxBacklog: 5000,
+			Handler:    _Orders_OldNotify_Handler,
 		},
 	},
 	Metadata: "rprtest/basic/v1/basic.proto",
