@@ -42,6 +42,10 @@ type ServiceStats struct {
 	// Redis keeps a consumer until it is deleted, so this counts workers
 	// that ever read the stream; LiveWorkers counts the ones alive now.
 	Consumers int64
+	// Retrying is the number of async requests in the service's retry set:
+	// waiting for a retry after a failure, or for the time they were
+	// scheduled at. With Length it makes the backlog the cap applies to.
+	Retrying int64
 	// DeadLetters is the length of the service's dead-letter stream.
 	DeadLetters int64
 	// LiveWorkers is the number of workers whose heartbeat is recent
@@ -69,8 +73,8 @@ func (s ServiceStats) CallsPerSecond(prev ServiceStats) (float64, bool) {
 // InspectService reads the queue view of service under prefix ("" for
 // DefaultPrefix) in one pipelined round trip: XINFO STREAM and XINFO GROUPS
 // of the request stream, the XPENDING summary of the "workers" group, the
-// length of the dead-letter stream, the worker heartbeats and Redis's
-// TIME. It fails only when Redis cannot be read.
+// length of the dead-letter stream, the size of the retry set, the worker
+// heartbeats and Redis's TIME. It fails only when Redis cannot be read.
 //
 // XINFO STREAM also returns the stream's first and last entries, so each
 // call transfers up to two request payloads; sampling once a second, as
@@ -87,6 +91,7 @@ func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, serv
 	groups := pipe.XInfoGroups(ctx, requests)
 	pending := pipe.XPending(ctx, requests, workersGroup)
 	dlq := pipe.XLen(ctx, keys.deadLetters(service))
+	retrying := pipe.ZCard(ctx, keys.retries(service))
 	beats := pipe.HGetAll(ctx, keys.workers(service))
 	// Exec reports the first failed command; the commands are judged one
 	// by one below, because a missing stream or group is not a failure.
@@ -131,6 +136,10 @@ func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, serv
 		return fail("XLEN "+keys.deadLetters(service), err)
 	}
 	st.DeadLetters = dlq.Val()
+	if err := retrying.Err(); err != nil {
+		return fail("ZCARD "+keys.retries(service), err)
+	}
+	st.Retrying = retrying.Val()
 	if err := beats.Err(); err != nil {
 		return fail("HGETALL "+keys.workers(service), err)
 	}

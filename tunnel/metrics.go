@@ -139,8 +139,10 @@ func (p *prometheusEndpoint) close(ctx context.Context) {
 // serviceGauges registers observable gauges of each service's queue (the
 // InspectService view), read from Redis when the metrics are collected:
 // one pipelined round trip per service per scrape. The returned
-// registration must be unregistered when the server stops.
-func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix string, services []string) (metric.Registration, error) {
+// registration must be unregistered when the server stops. capacity maps
+// each service to its backlog cap, exported beside the backlog so that an
+// alert can compare the two.
+func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix string, services []string, capacity map[string]int64) (metric.Registration, error) {
 	meter := meterOf(mp)
 	type gauge struct {
 		inst  metric.Float64ObservableGauge
@@ -155,11 +157,18 @@ func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix st
 		{"rpr.queue.pending", "{request}", "Requests read by a worker and not yet acknowledged.", func(s ServiceStats) float64 { return float64(s.Pending) }},
 		{"rpr.queue.oldest_pending_age", "s", "Age of the oldest pending request.", func(s ServiceStats) float64 { return s.OldestPending.Seconds() }},
 		{"rpr.queue.consumers", "{consumer}", "Consumers the workers group knows (live or not).", func(s ServiceStats) float64 { return float64(s.Consumers) }},
+		{"rpr.queue.retrying", "{request}", "Async requests in the retry set, waiting for a retry or their scheduled time.", func(s ServiceStats) float64 { return float64(s.Retrying) }},
+		{"rpr.queue.backlog", "{request}", "Requests counted against the cap: the stream's length plus the retry set.", func(s ServiceStats) float64 { return float64(s.Length + s.Retrying) }},
 		{"rpr.dlq.length", "{request}", "Entries in the service's dead-letter stream.", func(s ServiceStats) float64 { return float64(s.DeadLetters) }},
 		{"rpr.workers.live", "{worker}", "Workers with a heartbeat in the last 5s.", func(s ServiceStats) float64 { return float64(s.LiveWorkers) }},
 	}
+	capacityGauge, err := meter.Int64ObservableGauge("rpr.queue.capacity", metric.WithUnit("{request}"),
+		metric.WithDescription("The service's backlog cap ((rpr.v1.service).max_backlog, else 100000); clients refuse calls at 85% of it."))
+	if err != nil {
+		return nil, err
+	}
 	gauges := make([]gauge, len(defs))
-	observables := make([]metric.Observable, len(defs))
+	observables := make([]metric.Observable, len(defs), len(defs)+1)
 	for i, d := range defs {
 		inst, err := meter.Float64ObservableGauge(d.name, metric.WithUnit(d.unit), metric.WithDescription(d.desc))
 		if err != nil {
@@ -168,6 +177,7 @@ func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix st
 		gauges[i] = gauge{inst: inst, value: d.value}
 		observables[i] = inst
 	}
+	observables = append(observables, capacityGauge)
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -179,6 +189,7 @@ func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix st
 				continue
 			}
 			attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("rpc.service", service)))
+			o.ObserveInt64(capacityGauge, capacity[service], attrs)
 			for _, g := range gauges {
 				o.ObserveFloat64(g.inst, g.value(stats), attrs)
 			}

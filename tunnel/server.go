@@ -139,6 +139,10 @@ type serverService struct {
 	methods  map[string]*MethodDesc
 	requests string // request stream key
 	keys     keyspace
+	// maxBacklog is the service's cap from its proto option, else
+	// DefaultMaxBacklog (clients may set another default; this is what the
+	// rpr.queue.capacity gauge reports).
+	maxBacklog int64
 }
 
 // stateKey is the state hash of one of the service's requests.
@@ -237,8 +241,12 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 		requests: s.keys.requests(desc.ServiceName),
 		keys:     s.keys,
 	}
+	svc.maxBacklog = DefaultMaxBacklog
 	for i := range desc.Methods {
 		svc.methods[desc.Methods[i].Name] = &desc.Methods[i]
+		if desc.Methods[i].MaxBacklog > 0 {
+			svc.maxBacklog = desc.Methods[i].MaxBacklog
+		}
 	}
 	s.services[desc.ServiceName] = svc
 }
@@ -297,10 +305,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("rpr: server metrics: %w", err)
 	}
 	names := make([]string, len(services))
+	capacity := make(map[string]int64, len(services))
 	for i, svc := range services {
 		names[i] = svc.name
+		capacity[svc.name] = svc.maxBacklog
 	}
-	gauges, err := serviceGauges(meterProvider, s.rdb, s.opts.Prefix, names)
+	gauges, err := serviceGauges(meterProvider, s.rdb, s.opts.Prefix, names, capacity)
 	if err != nil {
 		return fmt.Errorf("rpr: server metrics: %w", err)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // statsColumns are the columns of `rpr stats` and `rpr top`, in order.
-var statsColumns = []string{"SERVICE", "LANE", "LENGTH", "LAG", "PENDING", "OLDEST", "CONSUMERS", "WORKERS", "DLQ", "CALLS/S"}
+var statsColumns = []string{"SERVICE", "LANE", "LENGTH", "LAG", "PENDING", "OLDEST", "CONSUMERS", "WORKERS", "RETRY", "DLQ", "CALLS/S"}
 
 // statsRow is one row of the live view: a service's latest sample and the
 // call rate since the sample before it.
@@ -47,6 +47,7 @@ func (r statsRow) cells() []string {
 		oldest,
 		strconv.FormatInt(r.Consumers, 10),
 		strconv.Itoa(r.LiveWorkers),
+		strconv.FormatInt(r.Retrying, 10),
 		strconv.FormatInt(r.DeadLetters, 10),
 		rate,
 	}
@@ -111,6 +112,7 @@ const statsColumnHelp = `Columns:
   OLDEST     age of the oldest pending request (Redis's clock)
   CONSUMERS  consumers the "workers" group knows (past and present)
   WORKERS    workers with a heartbeat in the last 5s
+  RETRY      async requests waiting in the retry set (a retry or a delay)
   DLQ        entries in the dead-letter stream
   CALLS/S    calls enqueued per second over the last interval`
 

@@ -76,12 +76,12 @@ func TestStats(t *testing.T) {
 	if len(row) != len(statsColumns) {
 		t.Fatalf("no full row for %s in:\n%s", liveViewService, out)
 	}
-	// SERVICE LANE LENGTH LAG PENDING OLDEST CONSUMERS WORKERS DLQ CALLS/S
-	if row[1] != "-" || row[6] != "1" || row[7] != "1" || row[8] != "1" {
-		t.Fatalf("row %q: want lane -, 1 consumer, 1 live worker, 1 dead letter", row)
+	// SERVICE LANE LENGTH LAG PENDING OLDEST CONSUMERS WORKERS RETRY DLQ CALLS/S
+	if row[1] != "-" || row[6] != "1" || row[7] != "1" || row[8] != "0" || row[9] != "1" {
+		t.Fatalf("row %q: want lane -, 1 consumer, 1 live worker, nothing retrying, 1 dead letter", row)
 	}
-	if rate, err := strconv.ParseFloat(row[9], 64); err != nil || rate <= 0 {
-		t.Fatalf("CALLS/S %q: want a positive rate while calls were made", row[9])
+	if rate, err := strconv.ParseFloat(row[10], 64); err != nil || rate <= 0 {
+		t.Fatalf("CALLS/S %q: want a positive rate while calls were made", row[10])
 	}
 
 	// Named services only, in the order named; an unknown one is zeros.
@@ -93,7 +93,7 @@ func TestStats(t *testing.T) {
 	if len(lines) != 3 || !strings.HasPrefix(lines[1], "no.such.v1.Service ") || !strings.HasPrefix(lines[2], liveViewService+" ") {
 		t.Fatalf("named services: want the header and two rows in order, got:\n%s", out)
 	}
-	if got, want := strings.Fields(lines[1]), []string{"no.such.v1.Service", "-", "0", "0", "0", "-", "0", "0", "0", "0.0"}; strings.Join(got, " ") != strings.Join(want, " ") {
+	if got, want := strings.Fields(lines[1]), []string{"no.such.v1.Service", "-", "0", "0", "0", "-", "0", "0", "0", "0", "0.0"}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("unknown service row %q; want %q", got, want)
 	}
 

@@ -69,7 +69,7 @@ func TestTopInTmux(t *testing.T) {
 		screen = out
 		rows := tableRows(screen)
 		row := rows[liveViewService]
-		if len(rows["SERVICE"]) > 0 && len(row) == len(statsColumns) && row[9] != "-" {
+		if len(rows["SERVICE"]) > 0 && len(row) == len(statsColumns) && row[10] != "-" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -82,9 +82,9 @@ func TestTopInTmux(t *testing.T) {
 	if got := rows["SERVICE"]; strings.Join(got, " ") != strings.Join(statsColumns, " ") {
 		t.Fatalf("header %q; want %q; screen:\n%s", got, statsColumns, screen)
 	}
-	// SERVICE LANE LENGTH LAG PENDING OLDEST CONSUMERS WORKERS DLQ CALLS/S
+	// SERVICE LANE LENGTH LAG PENDING OLDEST CONSUMERS WORKERS RETRY DLQ CALLS/S
 	row := rows[liveViewService]
-	if want := []string{liveViewService, "-", "0", "0", "0", "-", "1", "1", "1", "0.0"}; strings.Join(row, " ") != strings.Join(want, " ") {
+	if want := []string{liveViewService, "-", "0", "0", "0", "-", "1", "1", "0", "1", "0.0"}; strings.Join(row, " ") != strings.Join(want, " ") {
 		t.Fatalf("service row %q; want %q; screen:\n%s", row, want, screen)
 	}
 	if !strings.Contains(screen, "HISTORY") {
