@@ -183,9 +183,14 @@ func genClient(g *protogen.GeneratedFile, s *service) {
 // clientSignature is a client method's name, parameters and results. An
 // async method returns a receipt instead of a reply.
 func clientSignature(g *protogen.GeneratedFile, m *method) string {
-	results := "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
+	// QualifiedGoIdent imports the identifier's package, so it is called
+	// only for what the code uses: an async method never names its
+	// google.protobuf.Empty output.
+	var results string
 	if m.async {
 		results = "(" + g.QualifiedGoIdent(tunnelPackage.Ident("Receipt")) + ", error)"
+	} else {
+		results = "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
 	}
 	return m.GoName + "(ctx " + g.QualifiedGoIdent(contextPackage.Ident("Context")) +
 		", in *" + g.QualifiedGoIdent(m.Input.GoIdent) +
@@ -196,9 +201,9 @@ func clientSignature(g *protogen.GeneratedFile, m *method) string {
 // serverSignature is a server method's name, parameters and results. An
 // async method returns only an error: nobody waits for a reply.
 func serverSignature(g *protogen.GeneratedFile, m *method) string {
-	results := "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
-	if m.async {
-		results = "error"
+	results := "error"
+	if !m.async {
+		results = "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
 	}
 	return m.GoName + "(" + g.QualifiedGoIdent(contextPackage.Ident("Context")) +
 		", *" + g.QualifiedGoIdent(m.Input.GoIdent) +

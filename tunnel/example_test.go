@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -46,4 +50,37 @@ func ExampleNewClient() {
 	defer client.Close()
 	// greeter := greeterv1.NewGreeterClient(client)
 	// reply, err := greeter.SayHello(ctx, req, tunnel.WithHeader("tenant", "acme"))
+}
+
+// A handler of an async method tells rpr whether a failure is worth
+// retrying: a plain error is retried with backoff, Permanent goes straight
+// to the dead-letter stream.
+func ExamplePermanent() {
+	ship := func(quantity int) error {
+		if quantity <= 0 {
+			return tunnel.Permanent(tunnel.Errorf(tunnel.InvalidArgument, "quantity %d must be positive", quantity))
+		}
+		return tunnel.Errorf(tunnel.Unavailable, "the label printer is jammed")
+	}
+	for _, q := range []int{0, 1} {
+		err := ship(q)
+		fmt.Printf("quantity %d: %v (retried: %t)\n", q, tunnel.CodeOf(err), !tunnel.IsPermanent(err))
+	}
+	// Output:
+	// quantity 0: INVALID_ARGUMENT (retried: false)
+	// quantity 1: UNAVAILABLE (retried: true)
+}
+
+// A caller reads the retry-after hint of a call refused because the
+// service's queue is full.
+func ExampleRetryAfter() {
+	refused := func() error { // what Enqueue returns when the buffer is full
+		e, _ := tunnel.Errorf(tunnel.ResourceExhausted, "queue full").WithDetails(
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(2 * time.Second)})
+		return e
+	}
+	if after, ok := tunnel.RetryAfter(refused()); ok {
+		fmt.Println("retry after", after)
+	}
+	// Output: retry after 2s
 }
