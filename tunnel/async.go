@@ -162,7 +162,7 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 		Attempt:  1,
 		Kind:     kindAsync,
 		Payload:  payload,
-		Key:      receipt.IdempotencyKey,
+		Key:      cfg.idempotencyKey, // "" stands for the request id
 		Retry:    wireRetry(cfg.retry),
 	}
 	if cfg.timeout > 0 {

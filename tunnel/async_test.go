@@ -437,3 +437,44 @@ func TestDeadLettersReplayAfterFix(t *testing.T) {
 		t.Errorf("second Replay: %+v, %v; want all gone", res, err)
 	}
 }
+
+// TestAsyncDoneMarkerIsSmall checks what a succeeded key keeps for the
+// idempotency window: the state, without an earlier attempt's error.
+func TestAsyncDoneMarkerIsSmall(t *testing.T) {
+	w := newAsyncWorld(t, tunnel.ClientOptions{})
+	w.jobs.setFunc(func(ctx context.Context, in *wrapperspb.StringValue) error {
+		if k := tunnel.IdempotencyKeyFromContext(ctx); k != "k-1" && k != "k-2" {
+			return tunnel.Permanent(fmt.Errorf("handler sees idempotency key %q", k))
+		}
+		if tunnel.AttemptFromContext(ctx) == 1 {
+			return tunnel.Errorf(tunnel.Unavailable, "first attempt fails with a long message: %0200d", 0)
+		}
+		return nil
+	})
+	w.serve(tunnel.ServerOptions{})
+	r, err := w.enqueue("Do", "twice", tunnel.WithIdempotencyKey("k-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "rpr:v1:{" + jobsService + "}:st:" + r.IdempotencyKey
+	ctx := context.Background()
+	waitFor(t, "the key to succeed", func() bool { return w.rdb.HGet(ctx, key, "state").Val() == "SUCCESS" })
+	if w.rdb.HExists(ctx, key, "resp").Val() {
+		t.Errorf("the done marker still holds the first attempt's error")
+	}
+	if _, err := w.enqueue("Do", "once", tunnel.WithIdempotencyKey("k-2")); err != nil {
+		t.Fatal(err)
+	}
+	key2 := "rpr:v1:{" + jobsService + "}:st:k-2"
+	waitFor(t, "the second key to succeed", func() bool { return w.rdb.HGet(ctx, key2, "state").Val() == "SUCCESS" })
+	for _, k := range []string{key, key2} {
+		size, err := w.rdb.MemoryUsage(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("done marker %s: %d bytes (MEMORY USAGE)", k, size)
+		if size > 250 { // the README budgets about 150 bytes per key
+			t.Errorf("done marker %s takes %d bytes, want about 150", k, size)
+		}
+	}
+}

@@ -61,9 +61,9 @@ func (r *serveRun) asyncOutcome(svc *serverService, req *received, resp *respons
 	respRaw, _ := marshalEnvelope(resp) // a response envelope always encodes
 	policy := asyncPolicy(env, req.method)
 	if d.what != "orphan" && policy.retriesAsync(handlerErr, env.Attempt) {
-		next := *env
+		next := wireForm(env)
 		next.Attempt++
-		raw, err := marshalEnvelope(&next)
+		raw, err := marshalEnvelope(next)
 		if err == nil {
 			backoff := policy.backoff(env.Attempt)
 			log.Warn("rpr: async request failed; will retry", "attempt", env.Attempt, "of", policy.MaxAttempts, "after", backoff, "code", resp.Code, "error", resp.Message)
@@ -74,7 +74,7 @@ func (r *serveRun) asyncOutcome(svc *serverService, req *received, resp *respons
 	}
 	reason := deadLetterReason(handlerErr, resp.Code, env.Attempt, policy, d)
 	log.Error("rpr: async request dead-lettered", "reason", reason, "attempt", env.Attempt, "code", resp.Code, "error", resp.Message)
-	original, err := marshalEnvelope(env)
+	original, err := marshalEnvelope(wireForm(env))
 	if err != nil {
 		log.Error("rpr: encode dead letter", "error", err)
 	}
@@ -92,6 +92,16 @@ func (r *serveRun) asyncOutcome(svc *serverService, req *received, resp *respons
 	})
 	return &completion{action: "dead", target: s.keys.deadLetters(svc.name), final: stateDead, ttl: window,
 		resp: respRaw, env: original, extra: string(fields)}
+}
+
+// wireForm returns a copy of env as it travels: without the idempotency
+// key when that is the request id.
+func wireForm(env *requestEnvelope) *requestEnvelope {
+	out := *env
+	if out.Key == out.ID {
+		out.Key = ""
+	}
+	return &out
 }
 
 // deadLetterReason says in a few words why a request was dead-lettered.

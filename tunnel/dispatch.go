@@ -309,7 +309,7 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
-	defer r.running.add(req.env.ID, &runningRequest{service: svc, entryID: req.entryID, cancel: cancelCause})()
+	defer r.running.add(req.env.ID, &runningRequest{service: svc, entryID: req.entryID, state: req.state, cancel: cancelCause})()
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
 	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
@@ -369,6 +369,9 @@ func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, 
 	ctx = context.WithValue(ctx, responseKey{}, md)
 	ctx = context.WithValue(ctx, requestIDKey{}, env.ID)
 	ctx = context.WithValue(ctx, attemptKey{}, env.Attempt)
+	if env.Kind == kindAsync {
+		ctx = context.WithValue(ctx, idempotencyKeyKey{}, env.Key)
+	}
 
 	reply, err := r.runHandler(ctx, svc, req.method, env, log)
 	resp := &responseEnvelope{Version: envelopeVersion, ID: env.ID, Header: md.header, Trailer: md.trailer}

@@ -263,13 +263,13 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 		keys := []string{q.keys.deadLetters(q.service), q.keys.requests(q.service)}
 		args := make([]any, 0, 2*len(batch))
 		for _, dl := range batch {
-			env := *dl.envelope
+			env := wireForm(dl.envelope)
 			env.Attempt, env.Replays, env.Enqueued = 1, env.Replays+1, now.UnixMilli()
-			raw, err := marshalEnvelope(&env)
+			raw, err := marshalEnvelope(env)
 			if err != nil {
 				return err
 			}
-			keys = append(keys, q.keys.state(q.service, env.Key))
+			keys = append(keys, q.keys.state(q.service, dl.envelope.Key))
 			args = append(args, dl.EntryID, raw)
 		}
 		out, err := replayScript.Run(ctx, q.rdb, keys, args...).StringSlice()

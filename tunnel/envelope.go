@@ -46,7 +46,9 @@ type requestEnvelope struct {
 	// The fields below are for async requests only.
 
 	// Key is the idempotency key: at most one request per key succeeds
-	// within the servers' IdempotencyWindow. It names the state hash.
+	// within the servers' IdempotencyWindow. It names the state hash. On
+	// the wire it is left out when it is the request id (the default), and
+	// decodeRequest fills it in.
 	Key string `msgpack:"ik,omitempty"`
 	// Retry is the caller's retry policy; nil means the method's.
 	Retry *wireRetryPolicy `msgpack:"rp,omitempty"`
@@ -156,11 +158,11 @@ func decodeRequest(b []byte) (*requestEnvelope, error) {
 			return nil, errors.New("malformed envelope: no deadline")
 		}
 	case kindAsync:
-		switch {
-		case env.Key == "":
-			return nil, errors.New("malformed envelope: async request without an idempotency key")
-		case env.ReplyTo != "":
+		if env.ReplyTo != "" {
 			return nil, errors.New("malformed envelope: async request with a reply-to stream")
+		}
+		if env.Key == "" {
+			env.Key = env.ID
 		}
 	default:
 		return nil, fmt.Errorf("malformed envelope: unknown call kind %d", env.Kind)

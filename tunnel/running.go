@@ -11,7 +11,10 @@ import (
 type runningRequest struct {
 	service *serverService
 	entryID string
-	cancel  context.CancelCauseFunc
+	// state is the request's state hash (named by the idempotency key for
+	// an async request, so not always derivable from the request id).
+	state  string
+	cancel context.CancelCauseFunc
 }
 
 // runningSet tracks a worker's claimed requests by request id, for lease
@@ -132,7 +135,7 @@ func (r *serveRun) extendOnce(ctx context.Context) {
 		args := []any{workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds()}
 		idOfEntry := make(map[string]string, len(reqs))
 		for id, req := range reqs {
-			keys = append(keys, s.keys.state(svc.name, id))
+			keys = append(keys, req.state)
 			args = append(args, req.entryID)
 			idOfEntry[req.entryID] = id
 		}

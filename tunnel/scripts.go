@@ -171,11 +171,18 @@ for k = 1, (#KEYS - 1) / 2 do
   local a = 7 * k - 5
   local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local cur = redis.call('HMGET', st, 'state', 'worker')
+  local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
   if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
   else
-    if resp ~= '' then
+    if action == 'done' then
+      -- The done marker is kept for the idempotency window (a day by
+      -- default), so it keeps only what rpr trace shows: not the claim's
+      -- details nor an earlier attempt's error (which would also have made
+      -- the hash a large one).
+      redis.call('DEL', st)
+      redis.call('HSET', st, 'state', final, 'done_ms', now, 'worker', ARGV[2], 'attempt', cur[3])
+    elseif resp ~= '' then
       redis.call('HSET', st, 'state', final, 'done_ms', now, 'lease', 0, 'resp', resp)
     else
       redis.call('HSET', st, 'state', final, 'done_ms', now, 'lease', 0)
@@ -222,7 +229,8 @@ for i = 2, #KEYS do
   if mine and cur[1] == 'PROCESSING' then
     redis.call('HSET', KEYS[i], 'lease', now + tonumber(ARGV[3]))
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, entry, 'JUSTID')
-  elseif not (mine and (cur[1] == 'SUCCESS' or cur[1] == 'FAILED')) then
+  elseif not (cur[2] == ARGV[2] and (cur[1] == 'SUCCESS' or cur[1] == 'FAILED' or cur[1] == 'DEAD')) then
+    -- (an async done marker no longer names the entry)
     lost[#lost + 1] = entry
   end
 end

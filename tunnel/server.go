@@ -68,9 +68,9 @@ type ServerOptions struct {
 	// IdempotencyWindow is how long the server remembers that an async
 	// request's idempotency key succeeded (default DefaultIdempotencyWindow,
 	// 24h): within it, another request or delivery with the key is not run
-	// again. Each remembered key costs about 200 bytes of Redis memory, so
-	// the cost is about 200 B × async requests per second × window (1,000
-	// requests/s for 24h: about 17 GB; shorten the window to match the
+	// again. Each remembered key costs about 150 bytes of Redis memory, so
+	// the cost is about 150 B × async requests per second × window (1,000
+	// requests/s for 24h: about 13 GB; shorten the window to match the
 	// longest time a duplicate can arrive).
 	IdempotencyWindow time.Duration
 	// RetryPollInterval is how often the server moves due async retries
@@ -391,4 +391,16 @@ type attemptKey struct{}
 func AttemptFromContext(ctx context.Context) int {
 	n, _ := ctx.Value(attemptKey{}).(int)
 	return n
+}
+
+type idempotencyKeyKey struct{}
+
+// IdempotencyKeyFromContext returns the idempotency key of the async
+// request a handler is running (the request id unless the caller set one
+// with WithIdempotencyKey); "" outside an async handler. A handler whose
+// effect lives in another system can record the key there, to make the
+// effect itself idempotent.
+func IdempotencyKeyFromContext(ctx context.Context) string {
+	k, _ := ctx.Value(idempotencyKeyKey{}).(string)
+	return k
 }

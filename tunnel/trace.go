@@ -38,6 +38,17 @@ type RequestTrace struct {
 	// DeadLetters are dead-letter entries of the request, from the newest
 	// deadLetterScan entries of the dead-letter stream.
 	DeadLetters []TraceDeadLetter
+	// Async requests only: Key is the idempotency key (whose state the
+	// trace shows, when found), and Retry the request's entry in the retry
+	// set while it waits for a retry or its scheduled time.
+	Key   string
+	Retry *TraceRetry
+}
+
+// TraceRetry is an async request waiting in the retry set.
+type TraceRetry struct {
+	Due     time.Time
+	Attempt int
 }
 
 // TraceAnswer is a stored response.
@@ -105,16 +116,26 @@ func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 	ttl := pipe.PTTL(ctx, stateKey)
 	dlq := pipe.XRevRangeN(ctx, keys.deadLetters(service), "+", "-", deadLetterScan)
 	queued := pipe.XRangeN(ctx, keys.requests(service), "-", "+", deadLetterScan)
+	retrying := pipe.ZRangeWithScores(ctx, keys.retries(service), 0, deadLetterScan-1)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
 	}
-	st := state.Val()
+	// An async request's state is named by its idempotency key, which its
+	// envelope (queued, retrying or dead-lettered) tells.
+	noteKey := func(env *requestEnvelope) {
+		if env.Kind == kindAsync {
+			tr.Key = env.Key
+		}
+	}
 	for _, m := range dlq.Val() {
 		raw, _ := m.Values[envelopeField].(string)
 		if rid, _ := peekReplyAddress([]byte(raw)); rid == id {
 			reason, _ := m.Values["reason"].(string)
 			ms, _ := streamIDMillis(m.ID)
 			tr.DeadLetters = append(tr.DeadLetters, TraceDeadLetter{ID: m.ID, Time: time.UnixMilli(ms), Reason: reason})
+			if env, err := decodeRequest([]byte(raw)); err == nil {
+				noteKey(env)
+			}
 		}
 	}
 	for _, m := range queued.Val() {
@@ -125,9 +146,30 @@ func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 		if env, err := decodeRequest([]byte(raw)); err == nil {
 			tr.Queued = &TraceEntry{ID: m.ID, Method: env.Method, Enqueued: time.UnixMilli(env.Enqueued),
 				Deadline: time.UnixMilli(env.Deadline), Header: env.Header}
+			noteKey(env)
 		}
 	}
-	if len(st) == 0 && len(tr.DeadLetters) == 0 && tr.Queued == nil {
+	for _, z := range retrying.Val() {
+		raw, _ := z.Member.(string)
+		if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
+			continue
+		}
+		if env, err := decodeRequest([]byte(raw)); err == nil {
+			tr.Retry = &TraceRetry{Due: time.UnixMilli(int64(z.Score)), Attempt: env.Attempt}
+			noteKey(env)
+		}
+	}
+	st := state.Val()
+	if tr.Key != "" && tr.Key != id {
+		stateKey = keys.state(service, tr.Key)
+		pipe := rdb.Pipeline()
+		state, ttl = pipe.HGetAll(ctx, stateKey), pipe.PTTL(ctx, stateKey)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
+		}
+		st = state.Val()
+	}
+	if len(st) == 0 && len(tr.DeadLetters) == 0 && tr.Queued == nil && tr.Retry == nil {
 		return nil
 	}
 	tr.Service = service

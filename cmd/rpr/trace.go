@@ -65,6 +65,9 @@ func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.Reque
 		return
 	}
 	fmt.Fprintf(out, "service   %s\n", tr.Service)
+	if tr.Key != "" && tr.Key != raw {
+		fmt.Fprintf(out, "key       %s (async; its state is the key's)\n", tr.Key)
+	}
 	state := tr.State
 	if state == "" {
 		state = "(none: not yet taken by a worker)"
@@ -99,6 +102,9 @@ func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.Reque
 		} else {
 			fmt.Fprintf(out, "answer    %s: %s\n", a.Code, a.Message)
 		}
+	}
+	if r := tr.Retry; r != nil {
+		fmt.Fprintf(out, "retry     attempt %d due %s (in the retry set)\n", r.Attempt, stamp(r.Due))
 	}
 	for _, d := range tr.DeadLetters {
 		fmt.Fprintf(out, "dead letter %s at %s: %s\n", d.ID, stamp(d.Time), d.Reason)
