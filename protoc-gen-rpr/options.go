@@ -111,7 +111,7 @@ func loadMethod(m *protogen.Method, serviceTimeout time.Duration) (*method, erro
 
 	var retry *tunnel.RetryPolicy
 	if p := rprOpts.GetRetry(); p != nil {
-		if retry, err = tunnel.RetryPolicyOption(p); err != nil {
+		if retry, err = tunnel.RetryPolicyOption(p, rprOpts.GetAsync()); err != nil {
 			return nil, fmt.Errorf("protoc-gen-rpr: %s: (rpr.v1.method).retry: %w", name, err)
 		}
 	}

@@ -140,14 +140,23 @@ func (w *asyncWorld) serve(opts tunnel.ServerOptions) (stop func()) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	return serveService(w.t, w.redis, &jobsDesc, w.jobs, opts)
+}
+
+// serveService starts a Server of desc on a Redis connection of its own and
+// returns a function that stops it gracefully and waits for Serve to
+// return; the test's Cleanup calls it too. Retries are polled every 20ms
+// unless opts says otherwise.
+func serveService(t *testing.T, rs *redistest.Server, desc *tunnel.ServiceDesc, impl any, opts tunnel.ServerOptions) (stop func()) {
+	t.Helper()
 	if opts.RetryPollInterval == 0 {
 		opts.RetryPollInterval = 20 * time.Millisecond
 	}
-	srv, err := tunnel.NewServer(w.redis.Client(w.t), opts)
+	srv, err := tunnel.NewServer(rs.Client(t), opts)
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
-	srv.RegisterService(&jobsDesc, w.jobs)
+	srv.RegisterService(desc, impl)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx) }()
@@ -158,14 +167,14 @@ func (w *asyncWorld) serve(opts tunnel.ServerOptions) (stop func()) {
 			select {
 			case err := <-served:
 				if err != nil {
-					w.t.Errorf("Serve: %v", err)
+					t.Errorf("Serve: %v", err)
 				}
-			case <-time.After(30 * time.Second):
-				w.t.Error("Serve did not return 30s after its context ended")
+			case <-time.After(60 * time.Second):
+				t.Error("Serve did not return 60s after its context ended")
 			}
 		})
 	}
-	w.t.Cleanup(stop)
+	t.Cleanup(stop)
 	return stop
 }
 

@@ -107,33 +107,7 @@ func (w *bufferWorld) serve(opts tunnel.ServerOptions) (stop func()) {
 	if opts.Logger == nil {
 		opts.Logger = w.logger("server")
 	}
-	if opts.RetryPollInterval == 0 {
-		opts.RetryPollInterval = 20 * time.Millisecond
-	}
-	srv, err := tunnel.NewServer(w.redis.Client(w.t), opts)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	srv.RegisterService(&bufferDesc, w.jobs)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-served:
-				if err != nil {
-					w.t.Errorf("Serve: %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				w.t.Error("Serve did not return 60s after its context ended")
-			}
-		})
-	}
-	w.t.Cleanup(stop)
-	return stop
+	return serveService(w.t, w.redis, &bufferDesc, w.jobs, opts)
 }
 
 // snapshotScript reads, in one atomic step, how many of the service's

@@ -58,7 +58,7 @@ func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 		desc.BizCode = code
 	}
 	if p := methodRPR.GetRetry(); p != nil {
-		if desc.Retry, err = RetryPolicyOption(p); err != nil {
+		if desc.Retry, err = RetryPolicyOption(p, methodRPR.GetAsync()); err != nil {
 			return nil, fmt.Errorf("rpr: %s: (rpr.v1.method).retry: %w", full, err)
 		}
 	}
@@ -106,12 +106,15 @@ func DurationOption(d *durationpb.Duration) (time.Duration, error) {
 	return d.AsDuration(), nil
 }
 
-// RetryPolicyOption converts a (rpr.v1.method).retry option, checking it;
-// unset fields stay zero, meaning the runtime's defaults. Shared by
-// protoc-gen-rpr and MethodDescFor.
-func RetryPolicyOption(p *rprv1.RetryPolicy) (*RetryPolicy, error) {
-	if p.GetMaxAttempts() > 100 {
-		return nil, fmt.Errorf("max_attempts %d is more than 100; a call is not a queue", p.GetMaxAttempts())
+// RetryPolicyOption converts a (rpr.v1.method).retry option of a unary or
+// an async method, checking it; unset fields stay zero, meaning the
+// runtime's defaults. Shared by protoc-gen-rpr and MethodDescFor.
+func RetryPolicyOption(p *rprv1.RetryPolicy, async bool) (*RetryPolicy, error) {
+	switch n := p.GetMaxAttempts(); {
+	case !async && n > 100:
+		return nil, fmt.Errorf("max_attempts %d is more than 100; the caller of a unary method waits through every attempt (to keep trying for long, make the method async)", n)
+	case async && n > 1000:
+		return nil, fmt.Errorf("max_attempts %d is more than 1000; let a request that fails that long go to the dead-letter stream, and replay it once fixed (rpr dlq replay)", n)
 	}
 	out := &RetryPolicy{MaxAttempts: int(p.GetMaxAttempts()), Multiplier: p.GetMultiplier()}
 	if m := out.Multiplier; m != 0 && (m < 1 || math.IsNaN(m) || math.IsInf(m, 0)) {

@@ -159,3 +159,16 @@ func TestOptionsMaxBacklog(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryPolicyOptionAttemptsLimit(t *testing.T) {
+	for _, c := range []struct {
+		attempts uint32
+		async    bool
+		ok       bool
+	}{{100, false, true}, {101, false, false}, {500, true, true}, {1001, true, false}} {
+		_, err := tunnel.RetryPolicyOption(&rprv1.RetryPolicy{MaxAttempts: c.attempts}, c.async)
+		if (err == nil) != c.ok {
+			t.Errorf("max_attempts %d, async %t: err %v, want ok=%t", c.attempts, c.async, err, c.ok)
+		}
+	}
+}

@@ -3,13 +3,12 @@ package faulttest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -156,69 +155,18 @@ func (j *asyncJobs) run(ctx context.Context, in *wrapperspb.StringValue, effect 
 }
 
 // asyncServerRole serves fault.v1.Jobs until SIGTERM, like serverRole
-// serves fault.v1.Work.
+// serves fault.v1.Work; each handler takes RPR_FAULT_ASYNC_SLEEP.
 func asyncServerRole() int {
-	log := roleLogger()
-	fail := func(format string, args ...any) int {
-		log.Error("faulttest async server: " + fmt.Sprintf(format, args...))
+	sleep, err := time.ParseDuration(os.Getenv(envAsyncSleep))
+	if err != nil {
+		roleLogger().Error("faulttest async server: " + envAsyncSleep + " must be a duration: " + err.Error())
 		return 1
 	}
-	url, worker := os.Getenv(envRedisURL), os.Getenv(envWorker)
-	sleep, err := time.ParseDuration(os.Getenv(envAsyncSleep))
-	if url == "" || worker == "" || err != nil {
-		return fail("%s, %s and %s (a duration) must be set", envRedisURL, envWorker, envAsyncSleep)
-	}
-	opts := tunnel.ServerOptions{WorkerID: worker, Logger: log, RetryPollInterval: 50 * time.Millisecond}
-	if v := os.Getenv(envLease); v != "" {
-		if opts.Lease, err = time.ParseDuration(v); err != nil {
-			return fail("%s: %v", envLease, err)
-		}
-	}
-	if v := os.Getenv(envConcurrency); v != "" {
-		if opts.Concurrency, err = strconv.Atoi(v); err != nil {
-			return fail("%s: %v", envConcurrency, err)
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	openCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	rdb, err := tunnel.Open(openCtx, url)
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer rdb.Close()
-	rec, err := newRecorder(url)
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer rec.Close()
-	srv, err := tunnel.NewServer(rdb, opts)
-	if err != nil {
-		return fail("%v", err)
-	}
-	srv.RegisterService(&jobsDesc, &asyncJobs{rec: rec, worker: worker, sleep: sleep})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	workers := "rpr:v1:{" + jobsService + "}:workers"
-	for {
-		if ok, err := rec.HExists(openCtx, workers, worker).Result(); err == nil && ok {
-			break
-		}
-		select {
-		case err := <-served:
-			return fail("Serve returned before the first heartbeat: %v", err)
-		case <-openCtx.Done():
-			return fail("no heartbeat of %s in %s within 20s", worker, workers)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	fmt.Println(markerReady)
-	if err := <-served; err != nil {
-		return fail("Serve: %v", err)
-	}
-	fmt.Println("stopped")
-	return 0
+	return runServerRole("async server", "rpr:v1:{"+jobsService+"}:workers",
+		tunnel.ServerOptions{RetryPollInterval: 50 * time.Millisecond},
+		func(srv *tunnel.Server, rec *redis.Client, worker string, _ *slog.Logger) {
+			srv.RegisterService(&jobsDesc, &asyncJobs{rec: rec, worker: worker, sleep: sleep})
+		})
 }
 
 // startAsyncServer starts an async-server process and waits until it is

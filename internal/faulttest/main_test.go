@@ -77,16 +77,28 @@ func roleLogger() *slog.Logger {
 // gracefully and exits 0. It prints "ready" once Serve runs and this
 // worker's first heartbeat is in Redis, so clients can see it.
 func serverRole() int {
+	return runServerRole("server", workersHash, tunnel.ServerOptions{},
+		func(srv *tunnel.Server, rec *redis.Client, worker string, log *slog.Logger) {
+			srv.RegisterService(&workDesc, &work{rec: rec, worker: worker, log: log})
+		})
+}
+
+// runServerRole is the body of every server role: it takes the worker id,
+// lease and concurrency from the environment, opens Redis and the
+// recorder, lets register add the role's service, and serves until
+// SIGTERM. It prints "ready" once the worker's first heartbeat is in the
+// workers hash, and "stopped" after a graceful shutdown.
+func runServerRole(name, workers string, opts tunnel.ServerOptions, register func(srv *tunnel.Server, rec *redis.Client, worker string, log *slog.Logger)) int {
 	log := roleLogger()
 	fail := func(format string, args ...any) int {
-		log.Error("faulttest server: " + fmt.Sprintf(format, args...))
+		log.Error("faulttest " + name + ": " + fmt.Sprintf(format, args...))
 		return 1
 	}
 	url, worker := os.Getenv(envRedisURL), os.Getenv(envWorker)
 	if url == "" || worker == "" {
 		return fail("%s and %s must be set", envRedisURL, envWorker)
 	}
-	opts := tunnel.ServerOptions{WorkerID: worker, Logger: log}
+	opts.WorkerID, opts.Logger = worker, log
 	if v := os.Getenv(envLease); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -120,19 +132,19 @@ func serverRole() int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	srv.RegisterService(&workDesc, &work{rec: rec, worker: worker, log: log})
+	register(srv, rec, worker, log)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx) }()
 	for {
-		if n, err := rec.HExists(openCtx, workersHash, worker).Result(); err == nil && n {
+		if n, err := rec.HExists(openCtx, workers, worker).Result(); err == nil && n {
 			break
 		}
 		select {
 		case err := <-served:
 			return fail("Serve returned before the first heartbeat: %v", err)
 		case <-openCtx.Done():
-			return fail("no heartbeat of %s in %s within 20s", worker, workersHash)
+			return fail("no heartbeat of %s in %s within 20s", worker, workers)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
