@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -313,7 +311,7 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
 	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
-	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), metric.WithAttributeSet(attribute.NewSet(rpcAttributes(req.env.Method)...)))
+	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), r.metrics.attrs.get(req.env.Method, OK, false))
 	measured := r.metrics.start(ctx, req.env.Method)
 	var resp *responseEnvelope
 	var handlerErr error

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,13 +39,48 @@ type callMetrics struct {
 	duration  metric.Float64Histogram
 	inFlight  metric.Int64UpDownCounter
 	queueWait metric.Float64Histogram // server only
+	attrs     *attributeSets
+}
+
+// attributeSets caches the attribute sets measurements carry, by method
+// and code: building one per call cost more than the rest of recording.
+// Method names come from the wire, so the cache is bounded.
+type attributeSets struct {
+	m    sync.Map // attributeKey -> metric.MeasurementOption
+	size atomic.Int32
+}
+
+// maxAttributeSets bounds attributeSets; sets beyond it are built per call.
+const maxAttributeSets = 4096
+
+type attributeKey struct {
+	method string
+	code   Code
+	coded  bool // whether the set has the status code
+}
+
+// get returns the set of method, with code when coded.
+func (a *attributeSets) get(method string, code Code, coded bool) metric.MeasurementOption {
+	key := attributeKey{method, code, coded}
+	if opt, ok := a.m.Load(key); ok {
+		return opt.(metric.MeasurementOption)
+	}
+	attrs := rpcAttributes(method)
+	if coded {
+		attrs = append(attrs, attrStatusCode.Int(int(code)))
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	if a.size.Add(1) <= maxAttributeSets {
+		a.m.Store(key, opt)
+	}
+	return opt
 }
 
 // newClientMetrics makes a Client's instruments from mp (default: the
 // global MeterProvider).
 func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	meter := meterOf(mp)
-	var m callMetrics
+	m := callMetrics{attrs: &attributeSets{}}
 	var err1, err2 error
 	m.duration, err1 = meter.Float64Histogram(metricClientDuration,
 		metric.WithDescription("Time from a call's start to its outcome as the caller sees it, retries included."),
@@ -56,7 +93,7 @@ func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 // newServerMetrics makes a Server's instruments from mp.
 func newServerMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	meter := meterOf(mp)
-	var m callMetrics
+	m := callMetrics{attrs: &attributeSets{}}
 	var err1, err2, err3 error
 	m.duration, err1 = meter.Float64Histogram(metricServerDuration,
 		metric.WithDescription("Time a handler took, from claiming the request to its answer being written."),
@@ -76,20 +113,14 @@ func meterOf(mp metric.MeterProvider) metric.Meter {
 	return mp.Meter(tracerName)
 }
 
-// methodAttributes are the attributes a call's measurements carry.
-func methodAttributes(fullMethod string, code Code) metric.MeasurementOption {
-	attrs := append(rpcAttributes(fullMethod), attrStatusCode.Int(int(code)))
-	return metric.WithAttributeSet(attribute.NewSet(attrs...))
-}
-
 // start counts a call in flight and returns the func that records its end.
 func (m callMetrics) start(ctx context.Context, fullMethod string) func(error) {
 	began := time.Now()
-	inFlight := metric.WithAttributeSet(attribute.NewSet(rpcAttributes(fullMethod)...))
+	inFlight := m.attrs.get(fullMethod, OK, false)
 	m.inFlight.Add(ctx, 1, inFlight)
 	return func(err error) {
 		m.inFlight.Add(ctx, -1, inFlight)
-		m.duration.Record(ctx, time.Since(began).Seconds(), methodAttributes(fullMethod, CodeOf(err)))
+		m.duration.Record(ctx, time.Since(began).Seconds(), m.attrs.get(fullMethod, CodeOf(err), true))
 	}
 }
 
