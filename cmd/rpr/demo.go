@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
+	ordersv1 "github.com/rprtunnel/rpr/gen/examples/orders/v1"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -21,11 +23,13 @@ func newDemoCommand() *cobra.Command {
 	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run the greeter server and a client in one process and show a few calls",
-		Long: `demo starts the example Greeter server and a client in this process, both
-talking only through Redis, and makes three calls: one that succeeds, one
-the server refuses with INVALID_ARGUMENT, and one that runs past its
-deadline.
+		Short: "Run the example servers and a client in one process and show a few calls",
+		Long: `demo starts the example Greeter and Orders servers and a client in this
+process, all talking only through Redis, and makes three unary calls (one
+that succeeds, one the server refuses with INVALID_ARGUMENT, one that runs
+past its deadline) and two async ones (an order the server ships after the
+client has moved on, and one it refuses for good, which lands in the
+dead-letter queue).
 
 Without --redis it uses an embedded, in-memory Redis (for the demo only;
 tests and production use a real redis-server).`,
@@ -70,6 +74,8 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 		return err
 	}
 	greeterv1.RegisterGreeterServer(srv, greeter.Server{})
+	warehouse := &demoWarehouse{shipped: make(chan string, 4)}
+	ordersv1.RegisterOrdersServer(srv, warehouse)
 	serveCtx, stopServing := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx) }()
@@ -90,7 +96,7 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 	}
 	defer client.Close()
 	greeterClient := greeterv1.NewGreeterClient(client)
-	fmt.Fprintf(out, "server  worker %s serves %s\n", srv.WorkerID(), greeterv1.Greeter_ServiceDesc.ServiceName)
+	fmt.Fprintf(out, "server  worker %s serves %s and %s\n", srv.WorkerID(), greeterv1.Greeter_ServiceDesc.ServiceName, ordersv1.Orders_ServiceDesc.ServiceName)
 	fmt.Fprintf(out, "client  %s\n\n", client.ID())
 
 	if err := waitForServer(ctx, greeterClient); err != nil {
@@ -111,8 +117,80 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 	cancel()
 	show(out, 3, `SlowHello(delay: 2s) with a 300ms deadline`, start, err, nil)
 
-	fmt.Fprintln(out, "\nEvery call went client -> Redis stream -> server -> the client's response stream.")
+	if err := demoAsync(ctx, out, clientRedis, client, warehouse); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "\nEvery call went client -> Redis stream -> server; unary answers came back")
+	fmt.Fprintln(out, "through the client's response stream, async ones were only acknowledged.")
 	fmt.Fprintln(out, "Next: the README's tutorial writes a service of your own.")
+	return nil
+}
+
+// demoAsync enqueues two orders: one the warehouse ships after the client
+// has its receipt, one it refuses for good, which is dead-lettered.
+func demoAsync(ctx context.Context, out io.Writer, rdb redis.UniversalClient, client *tunnel.Client, warehouse *demoWarehouse) error {
+	orders := ordersv1.NewOrdersClient(client)
+	// Order ids are idempotency keys, remembered for a day: fresh ones per
+	// run, so the demo also works on a Redis that ran it before.
+	run := time.Now().UnixMilli()
+	first, second := fmt.Sprintf("ord-%d-1", run), fmt.Sprintf("ord-%d-2", run)
+	start := time.Now()
+	receipt, err := orders.ShipOrder(ctx, &ordersv1.ShipOrderRequest{OrderId: first, Sku: "BOOK-42", Quantity: 1},
+		tunnel.WithIdempotencyKey(first))
+	show(out, 4, `ShipOrder(`+first+`) async`, start, err, func() string { return "receipt " + receipt.RequestID })
+	if err != nil {
+		return err
+	}
+	select {
+	case id := <-warehouse.shipped:
+		fmt.Fprintf(out, "        the server shipped %s %v after the call was made\n", id, time.Since(start).Round(100*time.Microsecond))
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("the demo warehouse did not ship %s within 10s", first)
+	}
+
+	start = time.Now()
+	receipt, err = orders.ShipOrder(ctx, &ordersv1.ShipOrderRequest{OrderId: second, Sku: "BOOK-42", Quantity: 0},
+		tunnel.WithIdempotencyKey(second))
+	show(out, 5, `ShipOrder(`+second+`, quantity 0) async`, start, err, func() string { return "receipt " + receipt.RequestID })
+	if err != nil {
+		return err
+	}
+	dlq := tunnel.NewDeadLetterQueue(rdb, "", ordersv1.Orders_ServiceDesc.ServiceName)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		letters, err := dlq.List(ctx, tunnel.DeadLetterFilter{NewerThan: time.Minute}, 0)
+		if err != nil {
+			return err
+		}
+		for len(letters) > 0 && letters[0].Key != second {
+			letters = letters[1:]
+		}
+		if len(letters) > 0 {
+			fmt.Fprintf(out, "        the server refused it for good; it waits in the dead-letter queue: %s: %s\n", letters[0].Code, letters[0].Reason)
+			fmt.Fprintf(out, "        (rpr dlq ls|show|replay|drop %s)\n", ordersv1.Orders_ServiceDesc.ServiceName)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not reach the dead-letter queue within 10s", second)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// demoWarehouse ships the demo's orders, refusing those with no quantity.
+type demoWarehouse struct {
+	ordersv1.UnimplementedOrdersServer
+	shipped chan string
+}
+
+func (w *demoWarehouse) ShipOrder(_ context.Context, in *ordersv1.ShipOrderRequest) error {
+	if in.GetQuantity() <= 0 {
+		return tunnel.Permanent(tunnel.Errorf(tunnel.InvalidArgument, "order %s: quantity %d must be positive", in.GetOrderId(), in.GetQuantity()))
+	}
+	select {
+	case w.shipped <- in.GetOrderId():
+	default:
+	}
 	return nil
 }
 
@@ -139,7 +217,7 @@ func waitForServer(ctx context.Context, c greeterv1.GreeterClient) error {
 func show(out io.Writer, n int, what string, start time.Time, err error, okText func() string) {
 	took := time.Since(start).Round(100 * time.Microsecond)
 	if err == nil {
-		fmt.Fprintf(out, "call %d  %-45s -> %s  (%v)\n", n, what, okText(), took)
+		fmt.Fprintf(out, "call %d  %-50s -> %s  (%v)\n", n, what, okText(), took)
 		return
 	}
 	var e *tunnel.Error
@@ -147,5 +225,5 @@ func show(out io.Writer, n int, what string, start time.Time, err error, okText 
 	if errors.As(err, &e) {
 		msg = e.Message()
 	}
-	fmt.Fprintf(out, "call %d  %-45s -> %s: %s  (%v)\n", n, what, tunnel.CodeOf(err), msg, took)
+	fmt.Fprintf(out, "call %d  %-50s -> %s: %s  (%v)\n", n, what, tunnel.CodeOf(err), msg, took)
 }
