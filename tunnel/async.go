@@ -135,6 +135,11 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err != nil {
 		return Receipt{}, err
 	}
+	release, err := c.slots.acquire(ctx, full+" ["+rid+"]", c.metrics.attrs.get(full, OK, false))
+	if err != nil {
+		return Receipt{}, err
+	}
+	defer release()
 	cfg.header = c.tracing.inject(ctx, cfg.header)
 	payload, merr := proto.Marshal(req)
 	if merr != nil {

@@ -59,6 +59,11 @@ type ClientOptions struct {
 	// MeterProvider makes the client's instruments (default: the global
 	// one): call duration by method and code, and calls in flight.
 	MeterProvider metric.MeterProvider
+	// MaxInFlight bounds the calls (unary calls and async enqueues) this
+	// client has in flight at once (default DefaultMaxInFlight, 4096).
+	// Further calls wait for a slot as long as their context allows; the
+	// wait is the rpr.client.slot_wait histogram.
+	MaxInFlight int
 	// MaxBacklog caps the queue of services whose proto sets no
 	// (rpr.v1.service).max_backlog (default DefaultMaxBacklog): requests
 	// waiting in the service's stream plus its retry set.
@@ -94,6 +99,7 @@ type Client struct {
 	interceptor UnaryClientInterceptor
 	writer      *batcher
 	enqueuer    *enqueuer
+	slots       *inFlightSlots
 	clock       redisClock
 	tracing     tracing
 	metrics     callMetrics
@@ -142,6 +148,9 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if opts.MaxBacklog <= 0 {
 		opts.MaxBacklog = DefaultMaxBacklog
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
 	switch {
 	case opts.BacklogWatermark == 0:
 		opts.BacklogWatermark = DefaultBacklogWatermark
@@ -162,6 +171,7 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 		interceptor: chainClientInterceptors(opts.Interceptors),
 		writer:      newBatcher(rdb, 4, 512, 4096),
 		enqueuer:    newEnqueuer(rdb, 2, 256, 4096),
+		slots:       newInFlightSlots(opts.MaxInFlight, metrics.slotWait),
 		tracing:     newTracing(opts.TracerProvider, opts.Propagator),
 		ctx:         ctx,
 		cancel:      cancel,
@@ -207,6 +217,11 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 
 	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))
 	defer cancel()
+	release, err := c.slots.acquire(ctx, full+" ["+rid+"]", c.metrics.attrs.get(full, OK, false))
+	if err != nil {
+		return err
+	}
+	defer release()
 
 	payload, err := proto.Marshal(req)
 	if err != nil {

@@ -39,6 +39,7 @@ type callMetrics struct {
 	duration  metric.Float64Histogram
 	inFlight  metric.Int64UpDownCounter
 	queueWait metric.Float64Histogram // server only
+	slotWait  metric.Float64Histogram // client only
 	attrs     *attributeSets
 }
 
@@ -81,13 +82,16 @@ func (a *attributeSets) get(method string, code Code, coded bool) metric.Measure
 func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	meter := meterOf(mp)
 	m := callMetrics{attrs: &attributeSets{}}
-	var err1, err2 error
+	var err1, err2, err3 error
+	m.slotWait, err3 = meter.Float64Histogram("rpr.client.slot_wait",
+		metric.WithDescription("Time calls waited for one of the client's in-flight slots (ClientOptions.MaxInFlight); zero when one was free."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.duration, err1 = meter.Float64Histogram(metricClientDuration,
 		metric.WithDescription("Time from a call's start to its outcome as the caller sees it, retries included."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.inFlight, err2 = meter.Int64UpDownCounter(metricClientInFlight,
 		metric.WithDescription("Calls started and not yet finished."), metric.WithUnit("{call}"))
-	return m, errors.Join(err1, err2)
+	return m, errors.Join(err1, err2, err3)
 }
 
 // newServerMetrics makes a Server's instruments from mp.

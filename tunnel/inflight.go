@@ -1,0 +1,55 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// DefaultMaxInFlight is how many calls (unary and async enqueues) one
+// Client has in flight at most, unless ClientOptions.MaxInFlight says
+// otherwise.
+const DefaultMaxInFlight = 4096
+
+// inFlightSlots bounds a Client's calls in flight. A call that finds every
+// slot taken waits for one, as long as its context allows; the wait is
+// measured (rpr.client.slot_wait), so a client that needs more slots, or a
+// server side that is too slow, shows up in metrics before it shows up as
+// latency nobody can explain.
+type inFlightSlots struct {
+	sem  chan struct{}
+	wait metric.Float64Histogram
+}
+
+func newInFlightSlots(n int, wait metric.Float64Histogram) *inFlightSlots {
+	return &inFlightSlots{sem: make(chan struct{}, n), wait: wait}
+}
+
+// acquire takes a slot for a call of method full, waiting while ctx
+// allows, and returns the func that gives it back.
+func (s *inFlightSlots) acquire(ctx context.Context, full string, attrs metric.MeasurementOption) (release func(), err error) {
+	select {
+	case s.sem <- struct{}{}:
+		s.wait.Record(ctx, 0, attrs)
+		return s.release, nil
+	default:
+	}
+	began := time.Now()
+	select {
+	case s.sem <- struct{}{}:
+		s.wait.Record(ctx, time.Since(began).Seconds(), attrs)
+		return s.release, nil
+	case <-ctx.Done():
+		s.wait.Record(ctx, time.Since(began).Seconds(), attrs)
+		code := Canceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = DeadlineExceeded
+		}
+		return nil, notExecutedf(code, "%s: %v while waiting %v for one of this client's %d in-flight slots; nothing was sent (raise ClientOptions.MaxInFlight, or find why calls take long: rpr stats)",
+			full, ctx.Err(), time.Since(began).Round(time.Millisecond), cap(s.sem))
+	}
+}
+
+func (s *inFlightSlots) release() { <-s.sem }
