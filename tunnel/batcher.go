@@ -65,9 +65,9 @@ type batcher struct {
 }
 
 // newBatcher starts a batcher; stop it with close.
-func newBatcher(rdb redis.UniversalClient, flushers, maxBatch, queueSize int) *batcher {
+func newBatcher(rdb redis.UniversalClient, flushers, maxBatch, queueSize int, observe func(size int, full bool)) *batcher {
 	b := &batcher{rdb: rdb}
-	b.coalescer = newCoalescer(flushers, maxBatch, queueSize, b.flush)
+	b.coalescer = newCoalescer(flushers, maxBatch, queueSize, b.flush, observe)
 	return b
 }
 

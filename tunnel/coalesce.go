@@ -16,6 +16,9 @@ type coalescer[T any] struct {
 	items    chan T
 	maxBatch int
 	flush    func([]T)
+	// observe, when not nil, is told each batch's size and whether it was
+	// cut at maxBatch (rather than taking all there was).
+	observe  func(size int, full bool)
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -25,9 +28,9 @@ type coalescer[T any] struct {
 var errBatcherClosed = errors.New("rpr: closed")
 
 // newCoalescer starts flushers goroutines calling flush; stop them with
-// close.
-func newCoalescer[T any](flushers, maxBatch, queueSize int, flush func([]T)) *coalescer[T] {
-	c := &coalescer[T]{items: make(chan T, queueSize), maxBatch: maxBatch, flush: flush, stop: make(chan struct{})}
+// close. observe may be nil.
+func newCoalescer[T any](flushers, maxBatch, queueSize int, flush func([]T), observe func(size int, full bool)) *coalescer[T] {
+	c := &coalescer[T]{items: make(chan T, queueSize), maxBatch: maxBatch, flush: flush, observe: observe, stop: make(chan struct{})}
 	for range flushers {
 		c.wg.Add(1)
 		go c.flushLoop()
@@ -65,6 +68,9 @@ func (c *coalescer[T]) flushLoop() {
 		select {
 		case item := <-c.items:
 			batch = c.fill(append(batch[:0], item))
+			if c.observe != nil {
+				c.observe(len(batch), len(batch) == c.maxBatch)
+			}
 			c.flush(batch)
 			clear(batch)
 		case <-c.stop:

@@ -39,9 +39,9 @@ type completer struct {
 	workerID string
 }
 
-func newCompleter(rdb redis.UniversalClient, workerID string, queueSize int) *completer {
+func newCompleter(rdb redis.UniversalClient, workerID string, queueSize int, observe func(size int, full bool)) *completer {
 	c := &completer{rdb: rdb, workerID: workerID}
-	c.coalescer = newCoalescer(2, 256, queueSize, c.flush)
+	c.coalescer = newCoalescer(2, 256, queueSize, c.flush, observe)
 	return c
 }
 

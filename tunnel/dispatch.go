@@ -35,6 +35,7 @@ type serveRun struct {
 	completer   *completer
 	running     runningSet
 	metrics     callMetrics
+	observeRead func(size int, full bool) // sizes of read batches
 }
 
 // received is a decoded request entry a worker holds.
@@ -90,6 +91,9 @@ func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
 			msgs = append(msgs, st.Messages...)
 		}
 		r.releaseSlots(slots - len(msgs))
+		if len(msgs) > 0 {
+			r.observeRead(len(msgs), len(msgs) == slots)
+		}
 		switch {
 		case err == nil:
 			backoff.reset()

@@ -36,9 +36,9 @@ type enqueuer struct {
 	rdb redis.UniversalClient
 }
 
-func newEnqueuer(rdb redis.UniversalClient, flushers, maxBatch, queueSize int) *enqueuer {
+func newEnqueuer(rdb redis.UniversalClient, flushers, maxBatch, queueSize int, observe func(size int, full bool)) *enqueuer {
 	e := &enqueuer{rdb: rdb}
-	e.coalescer = newCoalescer(flushers, maxBatch, queueSize, e.flush)
+	e.coalescer = newCoalescer(flushers, maxBatch, queueSize, e.flush, observe)
 	return e
 }
 

@@ -40,6 +40,7 @@ type callMetrics struct {
 	inFlight  metric.Int64UpDownCounter
 	queueWait metric.Float64Histogram // server only
 	slotWait  metric.Float64Histogram // client only
+	batchSize metric.Int64Histogram
 	attrs     *attributeSets
 }
 
@@ -82,7 +83,10 @@ func (a *attributeSets) get(method string, code Code, coded bool) metric.Measure
 func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	meter := meterOf(mp)
 	m := callMetrics{attrs: &attributeSets{}}
-	var err1, err2, err3 error
+	var err1, err2, err3, err4 error
+	m.batchSize, err4 = meter.Int64Histogram("rpr.client.batch.size",
+		metric.WithDescription("Requests per pipeline or script call a client sends, by kind (send: unary requests; enqueue: async requests) and cause (full: cut at the batch limit; drained: all that was waiting)."),
+		metric.WithUnit("{request}"), metric.WithExplicitBucketBoundaries(batchBuckets...))
 	m.slotWait, err3 = meter.Float64Histogram("rpr.client.slot_wait",
 		metric.WithDescription("Time calls waited for one of the client's in-flight slots (ClientOptions.MaxInFlight); zero when one was free."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -91,14 +95,17 @@ func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.inFlight, err2 = meter.Int64UpDownCounter(metricClientInFlight,
 		metric.WithDescription("Calls started and not yet finished."), metric.WithUnit("{call}"))
-	return m, errors.Join(err1, err2, err3)
+	return m, errors.Join(err1, err2, err3, err4)
 }
 
 // newServerMetrics makes a Server's instruments from mp.
 func newServerMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	meter := meterOf(mp)
 	m := callMetrics{attrs: &attributeSets{}}
-	var err1, err2, err3 error
+	var err1, err2, err3, err4 error
+	m.batchSize, err4 = meter.Int64Histogram("rpr.server.batch.size",
+		metric.WithDescription("Requests per read or per completion script call, by kind (read, complete) and cause (full: cut at the batch limit; drained: all that was waiting)."),
+		metric.WithUnit("{request}"), metric.WithExplicitBucketBoundaries(batchBuckets...))
 	m.duration, err1 = meter.Float64Histogram(metricServerDuration,
 		metric.WithDescription("Time a handler took, from claiming the request to its answer being written."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -107,7 +114,26 @@ func newServerMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	m.queueWait, err3 = meter.Float64Histogram(metricQueueWait,
 		metric.WithDescription("Time a request waited in Redis between the client sending it and a worker taking it."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
-	return m, errors.Join(err1, err2, err3)
+	return m, errors.Join(err1, err2, err3, err4)
+}
+
+// batchBuckets are powers of two up to the largest batch rpr makes.
+var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+
+// batchObserver returns the func that records the size of one kind of
+// batch, for coalescer.observe.
+func (m callMetrics) batchObserver(kind string) func(size int, full bool) {
+	attrs := map[bool]metric.MeasurementOption{}
+	for _, full := range []bool{false, true} {
+		cause := "drained"
+		if full {
+			cause = "full"
+		}
+		attrs[full] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", kind), attribute.String("cause", cause)))
+	}
+	return func(size int, full bool) {
+		m.batchSize.Record(context.Background(), int64(size), attrs[full])
+	}
 }
 
 func meterOf(mp metric.MeterProvider) metric.Meter {

@@ -75,3 +75,42 @@ func TestClientRecordsCallDurationByCode(t *testing.T) {
 		t.Fatalf("no rpr.client.call.duration point for Fail with NOT_FOUND: %+v", rm)
 	}
 }
+
+// TestBatchSizesAreRecorded checks that both sides report the size and
+// cause of their batches: what a reader needs to see batching work.
+func TestBatchSizesAreRecorded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e := newEnv(t, envConfig{client: tunnel.ClientOptions{MeterProvider: mp}, server: tunnel.ServerOptions{MeterProvider: mp}})
+	for range 5 {
+		if _, err := e.call(context.Background(), "Echo", "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[int64])
+			if !ok || (m.Name != "rpr.client.batch.size" && m.Name != "rpr.server.batch.size") {
+				continue
+			}
+			for _, dp := range h.DataPoints {
+				kind, _ := dp.Attributes.Value("kind")
+				cause, _ := dp.Attributes.Value("cause")
+				if cause.AsString() != "full" && cause.AsString() != "drained" {
+					t.Errorf("%s: cause %q", m.Name, cause.AsString())
+				}
+				kinds[kind.AsString()] += dp.Count
+			}
+		}
+	}
+	for _, kind := range []string{"send", "read", "complete"} {
+		if kinds[kind] == 0 {
+			t.Errorf("no batch sizes recorded for %q: %v", kind, kinds)
+		}
+	}
+}

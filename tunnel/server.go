@@ -319,8 +319,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	run := &serveRun{
 		server:      s,
 		slots:       make(chan struct{}, s.opts.Concurrency),
-		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency),
-		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Concurrency),
+		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency, nil),
+		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Concurrency, metrics.batchObserver("complete")),
+		observeRead: metrics.batchObserver("read"),
 		metrics:     metrics,
 	}
 	// Readers and reclaimers stop taking requests when ctx ends; the
