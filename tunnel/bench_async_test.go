@@ -168,3 +168,62 @@ func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// BenchmarkQueuedMemory measures Redis memory per queued async request
+// with a 128-byte payload: b.N requests are enqueued with no server
+// running, and the growth of INFO used_memory is divided by b.N.
+//
+//	go test -run '^$' -bench QueuedMemory -benchtime 100000x ./tunnel
+func BenchmarkQueuedMemory(b *testing.B) {
+	rs := redistest.Start(b)
+	rdb := rs.Client(b)
+	quiet := slog.New(slog.DiscardHandler)
+	client, err := tunnel.NewClient(rs.Client(b), tunnel.ClientOptions{Logger: quiet, MaxBacklog: int64(b.N) + 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	do := jobsMethod("Do")
+	in := wrapperspb.String(strings.Repeat("x", 126)) // 128 bytes marshalled
+	if n := proto.Size(in); n != 128 {
+		b.Fatalf("payload is %d bytes, want 128", n)
+	}
+	if _, err := client.Enqueue(ctx, do, in); err != nil { // creates the stream
+		b.Fatal(err)
+	}
+	before := usedMemory(b, rdb)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < b.N; i += 16 {
+				if _, err := client.Enqueue(ctx, do, in); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	grown := usedMemory(b, rdb) - before
+	b.ReportMetric(float64(grown)/float64(b.N), "redis-bytes/queued-request")
+	b.ReportMetric(0, "ns/op")
+}
+
+// usedMemory returns INFO memory used_memory.
+func usedMemory(b *testing.B, rdb *redis.Client) int64 {
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Fatal("INFO memory has no used_memory")
+	return 0
+}
