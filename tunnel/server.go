@@ -254,8 +254,9 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 // Serve runs the registered services until ctx ends, then shuts down
 // gracefully: it stops reading new requests, lets the handlers in flight
 // finish (each within its call's deadline), writes their responses, removes
-// the worker's heartbeat and returns nil. It returns an error only when it
-// cannot start (no services, Redis unreachable). Serve may be called once.
+// the worker's heartbeat and returns nil (also when ctx ends while it is
+// still starting). It returns an error only when it cannot start (no
+// services, Redis unreachable). Serve may be called once.
 func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -276,6 +277,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		return err
 	}
 	if err := s.prepare(ctx, services); err != nil {
+		if ctx.Err() != nil {
+			// Asked to stop while starting: nothing ran, nothing to report.
+			s.log.Info("rpr: stopped before serving")
+			return nil
+		}
 		return err
 	}
 	meterProvider := s.opts.MeterProvider
