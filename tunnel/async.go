@@ -150,12 +150,23 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 		err = notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", full, rid, len(payload), c.opts.MaxRequestBytes)
 		return Receipt{}, err
 	}
+	// Circuit breaker around Redis (breaker.go): fail at once while it is
+	// down. No server is involved yet, so the service's breaker is not.
+	pass, err := c.breakers.allowRedis(full, rid)
+	if err != nil {
+		return Receipt{}, err
+	}
+	defer func() { pass.done(err) }()
 	svc, err := c.service(ctx, method.Service)
 	if err != nil {
 		return Receipt{}, err
 	}
 	capacity := c.maxBacklog(method)
 	if err = svc.admit(full, rid, capacity, c.opts.BacklogWatermark); err != nil {
+		return Receipt{}, err
+	}
+	// Rate limits (limiter.go): one round trip when a rule applies, none otherwise.
+	if err = c.limit(ctx, svc, full, rid, cfg.header); err != nil {
 		return Receipt{}, err
 	}
 	env := &requestEnvelope{

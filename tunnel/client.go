@@ -73,6 +73,18 @@ type ClientOptions struct {
 	// DefaultBacklogWatermark, 0.85). It is checked against a backlog
 	// figure refreshed every second, so it costs no round trip per call.
 	BacklogWatermark float64
+	// LimitKey names the caller of each call for the service's rate limits
+	// (see LimitRule and `rpr limits`): the key the limits count under, and
+	// the tier that picks the rules. Default DefaultLimitKey: the
+	// x-rpr-caller and x-rpr-tier request headers. An empty key counts the
+	// call under this client's ID, an empty tier is DefaultTier ("normal").
+	// It is called only for calls some rule of the service may apply to.
+	LimitKey LimitKeyFunc
+	// Breaker configures the circuit breakers, one per service and one
+	// around Redis, that fail calls at once while the service or Redis is
+	// down (default: on; 5 consecutive failures open one, 5s cool-down, 1
+	// half-open probe). See BreakerOptions.
+	Breaker BreakerOptions
 }
 
 // responseGroup is the consumer group a client reads its response stream
@@ -103,6 +115,8 @@ type Client struct {
 	clock       redisClock
 	tracing     tracing
 	metrics     callMetrics
+	limiter     limiter   // rate limits (limiter.go)
+	breakers    *breakers // nil when disabled
 
 	// ctx ends when the client closes; it bounds every background goroutine.
 	ctx    context.Context
@@ -161,9 +175,15 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rpr: client metrics: %w", err)
 	}
+	breakers, err := newBreakers(opts.Breaker, rdb, opts.MeterProvider, opts.Logger.With("rpr_client", opts.ID))
+	if err != nil {
+		return nil, fmt.Errorf("rpr: client circuit breakers: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
 		metrics:     metrics,
+		limiter:     newLimiter(opts.MeterProvider, opts.LimitKey),
+		breakers:    breakers,
 		rdb:         rdb,
 		opts:        opts,
 		keys:        keyspace{prefix: opts.Prefix},
@@ -262,8 +282,15 @@ type outgoingCall struct {
 }
 
 // attempt sends the call once and waits for its outcome.
-func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, reply proto.Message) error {
+func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, reply proto.Message) (err error) {
 	full, rid := call.full, call.id
+	// Circuit breakers (breaker.go): fail at once while Redis or the
+	// service is down; report this attempt's outcome when it ends.
+	pass, err := c.breakers.allow(call.method.Service, full, rid)
+	if err != nil {
+		return err
+	}
+	defer func() { pass.done(err) }()
 	svc, err := c.service(ctx, call.method.Service)
 	if err != nil {
 		return err
@@ -279,7 +306,12 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		return notExecutedf(Unavailable, "%s [%s]: cannot reach Redis to look for servers of %s: %v", full, rid, call.method.Service, err)
 	}
 	if !live {
-		return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, call.method.Service, liveWindow, c.opts.Prefix)
+		return noLiveServer(notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, call.method.Service, liveWindow, c.opts.Prefix))
+	}
+
+	// Rate limits (limiter.go): one round trip when a rule applies, none otherwise.
+	if err := c.limit(ctx, svc, full, rid, call.cfg.header); err != nil {
+		return err
 	}
 
 	deadline, _ := ctx.Deadline()
@@ -515,6 +547,7 @@ type clientService struct {
 	err   error
 
 	liveWorkers atomic.Int32
+	limits      atomic.Pointer[limitRules] // rate-limit rules, refreshed with the rest
 	backlog     backlog
 	lastRead    atomic.Value // string: id of the last response read
 
@@ -635,6 +668,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	workers := pipe.HGetAll(ctx, c.keys.workers(s.name))
 	queued := pipe.XLen(ctx, c.keys.requests(s.name))
 	retrying := pipe.ZCard(ctx, c.keys.retries(s.name))
+	limits := pipe.HGetAll(ctx, c.keys.limits(s.name)) // rate limits (limiter.go)
 	responses := s.responses.Load()
 	var expire *redis.BoolCmd
 	if responses {
@@ -643,13 +677,24 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 			pipe.XTrimMinID(ctx, s.stream, last)
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return err
+	_, _ = pipe.Exec(ctx) // each command is judged below
+	for _, cmd := range []redis.Cmder{timeCmd, workers, queued, retrying} {
+		if err := cmd.Err(); err != nil {
+			return err
+		}
 	}
 	redisNow := timeCmd.Val()
 	c.clock.observe(redisNow, sentAt, time.Now())
 	s.liveWorkers.Store(int32(countLiveWorkers(workers.Val(), redisNow.UnixMilli())))
 	s.backlog.observe(queued.Val()+retrying.Val(), sentAt)
+	if err := limits.Err(); err != nil {
+		// A broken limits key (say, set by hand to another type) must not
+		// stop liveness and backlog from being refreshed: keep the last
+		// rules and say what is wrong.
+		c.log.Warn("rpr: read rate limits; keeping the last ones read", "key", c.keys.limits(s.name), "error", err)
+	} else {
+		c.observeLimits(s, limits.Val())
+	}
 	if responses && !expire.Val() {
 		return c.createResponseStream(ctx, s)
 	}

@@ -60,3 +60,11 @@ func (k keyspace) workers(service string) string { return k.tag(service) + ":wor
 
 // schema is the service's published FileDescriptorSet (see registry.go).
 func (k keyspace) schema(service string) string { return k.tag(service) + ":schema" }
+
+// limits is the service's hash of rate-limit rules: rule name -> JSON rule
+// (see limiter.go).
+func (k keyspace) limits(service string) string { return k.tag(service) + ":limits" }
+
+// rateKey is the state of one rate limit for one caller: key is
+// "<rule>:<caller key>". A sorted set (sliding log) or a string (GCRA).
+func (k keyspace) rateKey(service, key string) string { return k.tag(service) + ":rl:" + key }

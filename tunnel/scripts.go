@@ -455,4 +455,75 @@ return t
 
 // allScripts lists every script, for preloading.
 var allScripts = []*redis.Script{beginScript, completeScript, extendScript, arbiterScript, replyScript, deadLetterScript, heartbeatScript,
-	enqueueScript, moveDueScript, janitorScript, replayScript}
+	enqueueScript, moveDueScript, janitorScript, replayScript, limitScript}
+
+// limitScript decides whether one call may go under the rate-limit rules
+// that apply to it (see limiter.go), all at once and on Redis's clock: the
+// call is admitted only when every rule admits it, and only then counted
+// against each. Times are Redis microseconds.
+//
+//	KEYS[k]     state of rule k for this caller (a sorted set for 'log',
+//	            a string for 'gcra'; a key of the other type, left by a
+//	            rule whose algorithm changed, is started afresh)
+//	ARGV[4k-3]  algorithm of rule k: 'log' | 'gcra'
+//	ARGV[4k-2]  limit: calls per window      ARGV[4k-1] window (us)
+//	ARGV[4k]    gcra: burst (1..limit); log: unused
+//
+// log: the set holds the times of the calls admitted in the window
+// (now-window, now]; a call is admitted while it holds fewer than limit,
+// and refused until the oldest entry that keeps it full leaves the window.
+// gcra: the string holds the theoretical arrival time TAT; with interval
+// T = ceil(window/limit) and tolerance (burst-1)*T, a call is admitted when
+// now >= TAT - tolerance, and then TAT = max(TAT, now) + T; refused, it
+// waits TAT - tolerance - now. Keys expire about a window after their
+// last admitted call.
+//
+// Returns {admitted 1|0, retry after (us), k of the rule that refused
+// (0 when admitted), Redis time (us)}.
+var limitScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local stamp = t[1] .. string.format('%06d', tonumber(t[2]))
+local wait, refusedBy, tats = 0, 0, {}
+for k = 1, #KEYS do
+  local key, algo = KEYS[k], ARGV[4 * k - 3]
+  local limit, window = tonumber(ARGV[4 * k - 2]), tonumber(ARGV[4 * k - 1])
+  local delay = 0
+  if algo == 'log' then
+    local r = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
+    if type(r) == 'table' and r.err then redis.call('DEL', key) end
+    local n = redis.call('ZCARD', key)
+    if n >= limit then
+      local oldest = redis.call('ZRANGE', key, n - limit, n - limit, 'WITHSCORES')
+      delay = math.max(tonumber(oldest[2]) + window - now, 1)
+    end
+  else
+    local interval = math.ceil(window / limit)
+    local tolerance = (tonumber(ARGV[4 * k]) - 1) * interval
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' and v.err then redis.call('DEL', key); v = false end
+    local tat = math.max(tonumber(v or '0') or 0, now)
+    if now < tat - tolerance then
+      delay = tat - tolerance - now
+    else
+      tats[k] = tat + interval
+    end
+  end
+  if delay > wait then wait, refusedBy = delay, k end
+end
+if refusedBy > 0 then return {0, wait, refusedBy, now} end
+for k = 1, #KEYS do
+  local key, window = KEYS[k], tonumber(ARGV[4 * k - 1])
+  if ARGV[4 * k - 3] == 'log' then
+    local member, i = stamp, 0
+    while redis.call('ZADD', key, 'NX', stamp, member) == 0 do
+      i = i + 1
+      member = stamp .. '-' .. i
+    end
+    redis.call('PEXPIRE', key, math.ceil(window / 1000))
+  else
+    redis.call('SET', key, string.format('%.0f', tats[k]), 'PX', math.max(math.ceil((tats[k] - now) / 1000), 1))
+  end
+end
+return {1, 0, 0, now}
+`)

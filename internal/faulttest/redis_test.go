@@ -177,7 +177,10 @@ func TestRedisRestartMidLoad(t *testing.T) {
 		t.Fatalf("first call: %v", first)
 	}
 
-	l := startLoad(c, 8, 2000, writeMethod, "50ms", timeout, 20*time.Millisecond)
+	// Budget for about 20s of load: enough to outlast the outage and the
+	// client's circuit breaker cool-down (5s) after it; finish stops it
+	// once recovery has been seen.
+	l := startLoad(c, 8, 8000, writeMethod, "50ms", timeout, 20*time.Millisecond)
 	time.Sleep(time.Second)
 	downAt := time.Now()
 	w.redis.Stop() // SIGTERM: Redis writes its AOF and exits
