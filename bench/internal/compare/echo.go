@@ -1,0 +1,294 @@
+// Package compare holds what the comparisons of bench/ share: a throwaway
+// redis-server, an echo service on rpr and on gRPC-go (client and server
+// in this process), and a closed-loop load that measures them alike.
+package compare
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+// Both systems serve the same method: Echo(BytesValue) returns BytesValue,
+// the request unchanged, so a call carries the payload both ways.
+const (
+	echoService = "rprbench.Echo"
+	echoMethod  = "Echo"
+)
+
+// Echoer is one side of the comparison, client and server in this process.
+type Echoer interface {
+	// Call makes one echo call with in, a payload of the run's size.
+	Call(ctx context.Context, in *wrapperspb.BytesValue) error
+	// RedisFigures samples the Redis behind the system; ok is false for
+	// a system that uses none.
+	RedisFigures(ctx context.Context) (f RedisFigures, ok bool, err error)
+	// Close stops the server and the client.
+	Close()
+}
+
+// ---- rpr ----
+
+// rprEchoDesc describes the echo service to rpr by hand (what generated
+// code would), so no code generation is needed.
+var rprEchoDesc = tunnel.ServiceDesc{
+	ServiceName: echoService,
+	Methods: []tunnel.MethodDesc{{
+		Service: echoService,
+		Name:    echoMethod,
+		Handler: func(_ any, ctx context.Context, decode func(proto.Message) error, interceptor tunnel.UnaryServerInterceptor) (proto.Message, error) {
+			in := new(wrapperspb.BytesValue)
+			if err := decode(in); err != nil {
+				return nil, err
+			}
+			if interceptor == nil {
+				return in, nil
+			}
+			info := &tunnel.UnaryServerInfo{FullMethod: echoService + "/" + echoMethod}
+			return interceptor(ctx, in, info, func(_ context.Context, req proto.Message) (proto.Message, error) { return req, nil })
+		},
+	}},
+}
+
+// rprEcho is an rpr server and client of the echo service, each with its
+// own connection pool to one redis-server, as two deployments would be.
+type rprEcho struct {
+	admin, serverRedis, clientRedis redis.UniversalClient
+	client                          *tunnel.Client
+	stopServing                     context.CancelFunc
+	served                          chan error
+}
+
+func StartRPR(ctx context.Context, redisURL string) (Echoer, error) {
+	e := &rprEcho{served: make(chan error, 1)}
+	quiet := slog.New(slog.DiscardHandler)
+	var err error
+	for _, rdb := range []*redis.UniversalClient{&e.admin, &e.serverRedis, &e.clientRedis} {
+		if *rdb, err = tunnel.Open(ctx, redisURL); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	srv, err := tunnel.NewServer(e.serverRedis, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	srv.RegisterService(&rprEchoDesc, struct{}{})
+	serveCtx, stop := context.WithCancel(context.Background())
+	e.stopServing = stop
+	go func() { e.served <- srv.Serve(serveCtx) }()
+	if e.client, err = tunnel.NewClient(e.clientRedis, tunnel.ClientOptions{Logger: quiet}); err != nil {
+		e.Close()
+		return nil, err
+	}
+	// Calls until one goes through: the server is up and the client knows.
+	probe := wrapperspb.Bytes([]byte("ready?"))
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		err := e.Call(ctx, probe)
+		if err == nil {
+			return e, nil
+		}
+		if tunnel.CodeOf(err) != tunnel.Unavailable || time.Now().After(deadline) {
+			e.Close()
+			return nil, fmt.Errorf("rpr echo server does not answer: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *rprEcho) Call(ctx context.Context, in *wrapperspb.BytesValue) error {
+	return e.client.Invoke(ctx, &rprEchoDesc.Methods[0], in, new(wrapperspb.BytesValue))
+}
+
+func (e *rprEcho) RedisFigures(ctx context.Context) (RedisFigures, bool, error) {
+	f, err := sampleRedis(ctx, e.admin.(*redis.Client))
+	return f, true, err
+}
+
+func (e *rprEcho) Close() {
+	if e.client != nil {
+		e.client.Close()
+	}
+	if e.stopServing != nil {
+		e.stopServing()
+		<-e.served
+	}
+	for _, rdb := range []redis.UniversalClient{e.clientRedis, e.serverRedis, e.admin} {
+		if rdb != nil {
+			rdb.Close()
+		}
+	}
+}
+
+// ---- gRPC ----
+
+// grpcEchoDesc is the echo service for gRPC-go, written by hand (what
+// protoc-gen-go-grpc would generate), with the stock protobuf codec.
+var grpcEchoDesc = grpc.ServiceDesc{
+	ServiceName: echoService,
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: echoMethod,
+		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.BytesValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			if interceptor == nil {
+				return in, nil
+			}
+			info := &grpc.UnaryServerInfo{FullMethod: "/" + echoService + "/" + echoMethod}
+			return interceptor(ctx, in, info, func(_ context.Context, req any) (any, error) { return req, nil })
+		},
+	}},
+	Metadata: "grpccompare",
+}
+
+// grpcEcho is a gRPC-go server on a loopback TCP port and a client of it.
+type grpcEcho struct {
+	server *grpc.Server
+	conn   *grpc.ClientConn
+	served chan error
+}
+
+func StartGRPC(ctx context.Context) (Echoer, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	e := &grpcEcho{server: grpc.NewServer(), served: make(chan error, 1)}
+	e.server.RegisterService(&grpcEchoDesc, struct{}{})
+	go func() { e.served <- e.server.Serve(l) }()
+	e.conn, err = grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.Call(ctx, wrapperspb.Bytes([]byte("ready?"))); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("gRPC echo server does not answer: %w", err)
+	}
+	return e, nil
+}
+
+func (e *grpcEcho) Call(ctx context.Context, in *wrapperspb.BytesValue) error {
+	return e.conn.Invoke(ctx, "/"+echoService+"/"+echoMethod, in, new(wrapperspb.BytesValue))
+}
+
+func (e *grpcEcho) RedisFigures(context.Context) (RedisFigures, bool, error) {
+	return RedisFigures{}, false, nil
+}
+
+func (e *grpcEcho) Close() {
+	if e.conn != nil {
+		e.conn.Close()
+	}
+	e.server.Stop()
+	<-e.served
+}
+
+// ---- the load ----
+
+// Result is one measured run of one system at one concurrency.
+type Result struct {
+	Calls, Errors int
+	FirstErr      error // the first failed call's error
+	Elapsed       time.Duration
+	P50, P99      time.Duration
+	ProcessCPU    time.Duration // this process's user+system CPU; -1: not measured
+	RedisCPU      time.Duration // redis-server's (INFO cpu); -1: no Redis
+	RedisCommands int64         // commands Redis executed (INFO commandstats); -1: no Redis
+}
+
+// CallsPerSecond is the throughput of the run.
+func (r Result) CallsPerSecond() float64 { return float64(r.Calls) / r.Elapsed.Seconds() }
+
+// PerCall returns d per call in microseconds, or -1 when d is -1.
+func (r Result) PerCall(d time.Duration) float64 {
+	if d < 0 {
+		return -1
+	}
+	return float64(d.Nanoseconds()) / 1e3 / float64(r.Calls)
+}
+
+// Measure makes warmup calls, then calls calls, with concurrency callers
+// each making one call after the other (a closed loop), and reports
+// throughput, exact latency quantiles and CPU per call: this process's
+// (client and server) and, for rpr, Redis's.
+func Measure(ctx context.Context, sys Echoer, payload []byte, concurrency, calls, warmup int) (Result, error) {
+	in := wrapperspb.Bytes(payload)
+	loop := func(n int, latencies []time.Duration) (errs int, firstErr error) {
+		var next atomic.Int64
+		var failed atomic.Int64
+		var once sync.Once
+		var wg sync.WaitGroup
+		for range concurrency {
+			wg.Go(func() {
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(n) {
+						return
+					}
+					t0 := time.Now()
+					err := sys.Call(ctx, in)
+					if latencies != nil {
+						latencies[i] = time.Since(t0)
+					}
+					if err != nil {
+						failed.Add(1)
+						once.Do(func() { firstErr = err })
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return int(failed.Load()), firstErr
+	}
+
+	loop(warmup, nil)
+	runtime.GC()
+	latencies := make([]time.Duration, calls)
+	before, hasRedis, err := sys.RedisFigures(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("INFO: %w", err)
+	}
+	cpuBefore := ProcessCPU()
+	start := time.Now()
+	errs, firstErr := loop(calls, latencies)
+	elapsed := time.Since(start)
+	cpuAfter := ProcessCPU()
+	after, _, err := sys.RedisFigures(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("INFO: %w", err)
+	}
+
+	slices.Sort(latencies)
+	r := Result{
+		Calls: calls, Errors: errs, FirstErr: firstErr, Elapsed: elapsed,
+		P50: latencies[calls/2], P99: latencies[min(calls*99/100, calls-1)],
+		ProcessCPU: -1, RedisCPU: -1, RedisCommands: -1,
+	}
+	if cpuBefore >= 0 && cpuAfter >= 0 {
+		r.ProcessCPU = cpuAfter - cpuBefore
+	}
+	if hasRedis {
+		r.RedisCPU = after.cpu - before.cpu
+		r.RedisCommands = after.commands - before.commands
+	}
+	return r, nil
+}

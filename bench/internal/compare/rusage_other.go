@@ -1,0 +1,8 @@
+//go:build !unix
+
+package compare
+
+import "time"
+
+// processCPU is not measured outside Unix: -1 prints as n/a.
+func ProcessCPU() time.Duration { return -1 }
