@@ -2,10 +2,12 @@ package tunnel_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,4 +143,76 @@ func commandCalls(b *testing.B, rdb redis.UniversalClient) int64 {
 		total += n
 	}
 	return total
+}
+
+// BenchmarkUnaryEchoClients spreads 128 concurrent callers over 1, 4 and 16
+// Client instances, each on its own Redis connection pool as separate
+// processes would be, and reports Redis operations per call: what more
+// client instances cost Redis (each has its own response stream, reader
+// and refresh).
+//
+//	go test -run '^$' -bench UnaryEchoClients -benchtime 20000x ./tunnel
+func BenchmarkUnaryEchoClients(b *testing.B) {
+	rs := redistest.Start(b)
+	rdb := rs.Client(b)
+	quiet := slog.New(slog.DiscardHandler)
+	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return in, nil
+	}})
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	defer func() {
+		stop()
+		<-served
+	}()
+	echo := method("Echo")
+	in := wrapperspb.String("hello")
+	const callers = 128
+	for _, instances := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("clients=%d", instances), func(b *testing.B) {
+			clients := make([]*tunnel.Client, instances)
+			for i := range clients {
+				c, err := tunnel.NewClient(rs.Client(b), tunnel.ClientOptions{Logger: quiet})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				for c.Invoke(ctx, echo, in, new(wrapperspb.StringValue)) != nil {
+					time.Sleep(20 * time.Millisecond) // until the server is live
+				}
+				clients[i] = c
+			}
+			next := make(chan struct{}, b.N)
+			for range b.N {
+				next <- struct{}{}
+			}
+			close(next)
+			before := commandCalls(b, rdb)
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for g := range callers {
+				c := clients[g%instances]
+				wg.Go(func() {
+					for range next {
+						if err := c.Invoke(ctx, echo, in, new(wrapperspb.StringValue)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(commandCalls(b, rdb)-before-1)/float64(b.N), "redis-ops/call")
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
