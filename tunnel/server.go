@@ -68,10 +68,11 @@ type ServerOptions struct {
 	// IdempotencyWindow is how long the server remembers that an async
 	// request's idempotency key succeeded (default DefaultIdempotencyWindow,
 	// 24h): within it, another request or delivery with the key is not run
-	// again. Each remembered key costs about 150 bytes of Redis memory, so
-	// the cost is about 150 B × async requests per second × window (1,000
-	// requests/s for 24h: about 13 GB; shorten the window to match the
-	// longest time a duplicate can arrive).
+	// again. Each remembered key costs about 280 bytes of Redis memory
+	// (used_memory; 152 by MEMORY USAGE), so the cost is about 280 B ×
+	// async requests per second × window (1,000 requests/s for 24h: about
+	// 24 GB; shorten the window to match the longest time a duplicate can
+	// arrive).
 	IdempotencyWindow time.Duration
 	// RetryPollInterval is how often the server moves due async retries
 	// and delayed requests to the queue (default 250ms): a delayed request
