@@ -107,16 +107,10 @@ const maxIdempotencyKeyBytes = 256
 // RESOURCE_EXHAUSTED, NotExecuted, and a retry-after hint (RetryAfter).
 // Any other error means the request may or may not be queued: enqueueing
 // again with the same idempotency key (WithIdempotencyKey) is safe.
-func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Message, opts ...CallOption) (Receipt, error) {
-	cfg := callConfig{retry: method.Retry}
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	full := method.FullMethod()
-	rid := newRequestID(c.bizCode(method), time.Now())
-	if cfg.requestID != nil {
-		*cfg.requestID = rid
-	}
+func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Message, opts ...CallOption) (_ Receipt, err error) {
+	ctx, started := c.startCall(ctx, method, opts)
+	defer func() { started.end(err) }()
+	cfg, full, rid := &started.cfg, started.full, started.rid
 	receipt := Receipt{RequestID: rid, IdempotencyKey: cfg.idempotencyKey, ProcessAt: cfg.processAt}
 	if receipt.IdempotencyKey == "" {
 		receipt.IdempotencyKey = rid
@@ -124,30 +118,16 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if receipt.ProcessAt.IsZero() {
 		receipt.ProcessAt = time.Now()
 	}
-	ctx, span := c.tracing.startClient(ctx, full, rid)
-	measured := c.metrics.start(ctx, full)
-	var err error
-	defer func() {
-		measured(err)
-		endSpan(span, err)
-	}()
-	err = c.checkAsync(method, full, rid, &cfg, req)
-	if err != nil {
+	if err := c.checkAsync(method, full, rid, cfg, req); err != nil {
 		return Receipt{}, err
 	}
-	release, err := c.slots.acquire(ctx, full+" ["+rid+"]", c.metrics.attrs.get(full, OK, false))
+	release, err := c.takeSlot(ctx, started)
 	if err != nil {
 		return Receipt{}, err
 	}
 	defer release()
-	cfg.header = c.tracing.inject(ctx, cfg.header)
-	payload, merr := proto.Marshal(req)
-	if merr != nil {
-		err = notExecutedf(Internal, "%s [%s]: marshal request %T: %v", full, rid, req, merr)
-		return Receipt{}, err
-	}
-	if len(payload) > c.opts.MaxRequestBytes {
-		err = notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", full, rid, len(payload), c.opts.MaxRequestBytes)
+	payload, err := c.marshalRequest(started, req)
+	if err != nil {
 		return Receipt{}, err
 	}
 	// Circuit breaker around Redis (breaker.go): fail at once while it is
@@ -184,17 +164,15 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if cfg.timeout > 0 {
 		env.Timeout = cfg.timeout.Milliseconds()
 	}
-	raw, merr := marshalEnvelope(env)
-	if merr != nil {
-		err = notExecutedf(Internal, "%s [%s]: %v", full, rid, merr)
-		return Receipt{}, err
+	raw, err := marshalEnvelope(env)
+	if err != nil {
+		return Receipt{}, notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
 	}
 	var due int64 // 0: at once
 	if time.Until(receipt.ProcessAt) > 0 {
 		due = c.clock.toRedis(receipt.ProcessAt)
 	}
-	err = c.enqueue(ctx, svc, full, rid, capacity, due, raw)
-	if err != nil {
+	if err := c.enqueue(ctx, svc, full, rid, capacity, due, raw); err != nil {
 		return Receipt{}, err
 	}
 	return receipt, nil
@@ -279,7 +257,6 @@ func wireRetry(p *RetryPolicy) *wireRetryPolicy {
 // asyncPolicy is the retry policy of an async request: the caller's when it
 // sent one, else the method's, with DefaultAsyncRetryPolicy for the rest.
 func asyncPolicy(env *requestEnvelope, method *MethodDesc) RetryPolicy {
-	out := DefaultAsyncRetryPolicy
 	var p *RetryPolicy
 	if env.Retry != nil {
 		p = &RetryPolicy{
@@ -292,23 +269,7 @@ func asyncPolicy(env *requestEnvelope, method *MethodDesc) RetryPolicy {
 	} else if method != nil {
 		p = method.Retry
 	}
-	if p == nil {
-		return out
-	}
-	if p.MaxAttempts > 0 {
-		out.MaxAttempts = p.MaxAttempts
-	}
-	if p.InitialBackoff > 0 {
-		out.InitialBackoff = p.InitialBackoff
-	}
-	if p.MaxBackoff > 0 {
-		out.MaxBackoff = p.MaxBackoff
-	}
-	if p.Multiplier >= 1 {
-		out.Multiplier = p.Multiplier
-	}
-	out.RetryableCodes = p.RetryableCodes
-	return out
+	return p.over(DefaultAsyncRetryPolicy)
 }
 
 // retriesAsync reports whether an async request that failed with err on

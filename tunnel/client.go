@@ -217,43 +217,77 @@ type callResult struct {
 	err  error
 }
 
-func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
-	cfg := callConfig{retry: method.Retry}
+// callStart is what every call, unary or async, sets up first: its
+// options, request id, CLIENT span and measurements.
+type callStart struct {
+	cfg      callConfig
+	full     string // "service/method"
+	rid      string
+	span     trace.Span
+	measured func(error)
+}
+
+// startCall applies opts, names the call and starts its span and
+// measurements; the caller must end it.
+func (c *Client) startCall(ctx context.Context, method *MethodDesc, opts []CallOption) (context.Context, *callStart) {
+	s := &callStart{cfg: callConfig{retry: method.Retry}, full: method.FullMethod()}
 	for _, o := range opts {
-		o.apply(&cfg)
+		o.apply(&s.cfg)
 	}
-	full := method.FullMethod()
-	rid := newRequestID(c.bizCode(method), time.Now())
-	if cfg.requestID != nil {
-		*cfg.requestID = rid
+	s.rid = newRequestID(c.bizCode(method), time.Now())
+	if s.cfg.requestID != nil {
+		*s.cfg.requestID = s.rid
 	}
-	ctx, span := c.tracing.startClient(ctx, full, rid)
-	measured := c.metrics.start(ctx, full)
-	defer func() {
-		measured(err)
-		endSpan(span, err)
-	}()
-	cfg.header = c.tracing.inject(ctx, cfg.header)
+	ctx, s.span = c.tracing.startClient(ctx, s.full, s.rid)
+	s.measured = c.metrics.start(ctx, s.full)
+	s.cfg.header = c.tracing.inject(ctx, s.cfg.header)
+	return ctx, s
+}
+
+// end records the call's outcome in its span and measurements.
+func (s *callStart) end(err error) {
+	s.measured(err)
+	endSpan(s.span, err)
+}
+
+// takeSlot waits for one of the client's in-flight slots for the call.
+func (c *Client) takeSlot(ctx context.Context, s *callStart) (release func(), err error) {
+	return c.slots.acquire(ctx, s.full+" ["+s.rid+"]", c.metrics.attrs.get(s.full, OK, false))
+}
+
+// marshalRequest encodes a call's request, within the client's size limit.
+func (c *Client) marshalRequest(s *callStart, req proto.Message) ([]byte, error) {
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return nil, notExecutedf(Internal, "%s [%s]: marshal request %T: %v", s.full, s.rid, req, err)
+	}
+	if len(payload) > c.opts.MaxRequestBytes {
+		return nil, notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", s.full, s.rid, len(payload), c.opts.MaxRequestBytes)
+	}
+	return payload, nil
+}
+
+func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
+	ctx, started := c.startCall(ctx, method, opts)
+	defer func() { started.end(err) }()
+	cfg, full, rid := &started.cfg, started.full, started.rid
 
 	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))
 	defer cancel()
-	release, err := c.slots.acquire(ctx, full+" ["+rid+"]", c.metrics.attrs.get(full, OK, false))
+	release, err := c.takeSlot(ctx, started)
 	if err != nil {
 		return err
 	}
 	defer release()
 
-	payload, err := proto.Marshal(req)
+	payload, err := c.marshalRequest(started, req)
 	if err != nil {
-		return notExecutedf(Internal, "%s [%s]: marshal request %T: %v", full, rid, req, err)
+		return err
 	}
-	if len(payload) > c.opts.MaxRequestBytes {
-		return notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", full, rid, len(payload), c.opts.MaxRequestBytes)
-	}
-	call := &outgoingCall{method: method, full: full, id: rid, payload: payload, cfg: &cfg}
+	call := &outgoingCall{method: method, full: full, id: rid, payload: payload, cfg: cfg}
 	policy := cfg.retry.withDefaults()
 	for attempt := 1; ; attempt++ {
-		span.SetAttributes(attrAttempt.Int(attempt))
+		started.span.SetAttributes(attrAttempt.Int(attempt))
 		err := c.attempt(ctx, call, attempt, reply)
 		if err == nil || cfg.retry == nil || !policy.allows(err, method, attempt) {
 			return err

@@ -44,8 +44,12 @@ var DefaultRetryPolicy = RetryPolicy{
 
 // withDefaults fills unset fields from DefaultRetryPolicy; a nil policy
 // gives the defaults.
-func (p *RetryPolicy) withDefaults() RetryPolicy {
-	out := DefaultRetryPolicy
+func (p *RetryPolicy) withDefaults() RetryPolicy { return p.over(DefaultRetryPolicy) }
+
+// over returns base with the fields p sets replacing base's; a nil p gives
+// base.
+func (p *RetryPolicy) over(base RetryPolicy) RetryPolicy {
+	out := base
 	if p == nil {
 		return out
 	}
