@@ -247,40 +247,10 @@ func (w *world) checkAsyncLedger(when string, accepted int) asyncLedger {
 	return l
 }
 
-// intHash reads a hash of integers.
-func (w *world) intHash(key string) map[string]int {
-	w.t.Helper()
-	ctx, cancel := shortCtx()
-	defer cancel()
-	raw, err := w.rdb.HGetAll(ctx, key).Result()
-	if err != nil {
-		w.t.Fatalf("reading %s: %v", key, err)
-	}
-	out := make(map[string]int, len(raw))
-	for k, v := range raw {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			w.t.Fatalf("%s[%s] = %q", key, k, v)
-		}
-		out[k] = n
-	}
-	return out
-}
-
 // asyncRuns returns the async handlers' start/done/stop records.
 func (w *world) asyncRuns() runIndex {
 	w.t.Helper()
-	ctx, cancel := shortCtx()
-	defer cancel()
-	lines, err := w.rdb.LRange(ctx, asyncRunsKey, 0, -1).Result()
-	if err != nil {
-		w.t.Fatalf("reading %s: %v", asyncRunsKey, err)
-	}
-	events, err := parseRuns(lines)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return indexRuns(events)
+	return w.runsIn(asyncRunsKey)
 }
 
 // jobStates returns the state of each key's state hash ("" when none).

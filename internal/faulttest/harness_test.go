@@ -43,19 +43,25 @@ func shortCtx() (context.Context, context.CancelFunc) {
 // execs returns executions per request id, as recorded by the handlers.
 func (w *world) execs() map[string]int {
 	w.t.Helper()
+	return w.intHash(execsKey)
+}
+
+// intHash reads a hash of integers.
+func (w *world) intHash(key string) map[string]int {
+	w.t.Helper()
 	ctx, cancel := shortCtx()
 	defer cancel()
-	raw, err := w.rdb.HGetAll(ctx, execsKey).Result()
+	raw, err := w.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
-		w.t.Fatalf("reading %s: %v", execsKey, err)
+		w.t.Fatalf("reading %s: %v", key, err)
 	}
 	out := make(map[string]int, len(raw))
-	for rid, v := range raw {
+	for k, v := range raw {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			w.t.Fatalf("%s[%s] = %q", execsKey, rid, v)
+			w.t.Fatalf("%s[%s] = %q", key, k, v)
 		}
-		out[rid] = n
+		out[k] = n
 	}
 	return out
 }
@@ -63,11 +69,17 @@ func (w *world) execs() map[string]int {
 // runs returns the handlers' start/done/stop records.
 func (w *world) runs() runIndex {
 	w.t.Helper()
+	return w.runsIn(runsKey)
+}
+
+// runsIn reads the start/done/stop records handlers pushed to key.
+func (w *world) runsIn(key string) runIndex {
+	w.t.Helper()
 	ctx, cancel := shortCtx()
 	defer cancel()
-	lines, err := w.rdb.LRange(ctx, runsKey, 0, -1).Result()
+	lines, err := w.rdb.LRange(ctx, key, 0, -1).Result()
 	if err != nil {
-		w.t.Fatalf("reading %s: %v", runsKey, err)
+		w.t.Fatalf("reading %s: %v", key, err)
 	}
 	events, err := parseRuns(lines)
 	if err != nil {
