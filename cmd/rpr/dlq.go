@@ -952,6 +952,39 @@ func (f *selectFlags) resolve(ctx context.Context, t *dlqTarget, filter tunnel.D
 	return out, nil
 }
 
+// selected checks the arguments of replay or drop (verb), opens the DLQ
+// and returns the dead letters they select, to act on. When none is
+// selected, or with --dry-run, it reports that itself and returns no
+// letters. A non-nil t is open even on error: the caller closes t.rdb.
+func (f *selectFlags) selected(cmd *cobra.Command, args []string, verb string) (t *dlqTarget, letters []tunnel.DeadLetter, err error) {
+	if err := checkService(args[0]); err != nil {
+		return nil, nil, err
+	}
+	ids := args[1:]
+	filter, err := f.check(cmd, verb, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := cmd.Context()
+	if t, err = openDLQ(ctx, f.rf, args[0]); err != nil {
+		return nil, nil, err
+	}
+	if letters, err = f.resolve(ctx, t, filter, ids); err != nil {
+		return t, nil, err
+	}
+	out := cmd.OutOrStdout()
+	switch {
+	case len(letters) == 0:
+		nothingSelected(out, t, &f.sel, verb)
+		return t, nil, nil
+	case f.dryRun:
+		fmt.Fprintf(out, "would %s %s of %s (dry run: nothing changed):\n", verb, count(len(letters), "dead letter"), t.service)
+		printBreakdown(out, letters)
+		return t, nil, nil
+	}
+	return t, letters, nil
+}
+
 // nothingSelected says that a filter or --all selected no dead letter.
 func nothingSelected(out io.Writer, t *dlqTarget, sel *dlqSelection, verb string) {
 	if sel.filtered() {
@@ -1044,34 +1077,15 @@ replayed) or cannot be replayed; 2 on bad input.`,
   rpr dlq replay examples.orders.v1.Orders --all`,
 		Args: dlqArgs(1, -1, "rpr dlq replay SERVICE (ID... | --all | filters), e.g. rpr dlq replay examples.orders.v1.Orders --all"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkService(args[0]); err != nil {
-				return err
+			ctx, ids := cmd.Context(), args[1:]
+			t, letters, err := f.selected(cmd, args, "replay")
+			if t != nil {
+				defer t.rdb.Close()
 			}
-			ids := args[1:]
-			filter, err := f.check(cmd, "replay", ids)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			t, err := openDLQ(ctx, f.rf, args[0])
-			if err != nil {
-				return err
-			}
-			defer t.rdb.Close()
-			letters, err := f.resolve(ctx, t, filter, ids)
-			if err != nil {
+			if err != nil || len(letters) == 0 {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if len(letters) == 0 {
-				nothingSelected(out, t, &f.sel, "replay")
-				return nil
-			}
-			if f.dryRun {
-				fmt.Fprintf(out, "would replay %s of %s (dry run: nothing changed):\n", count(len(letters), "dead letter"), t.service)
-				printBreakdown(out, letters)
-				return nil
-			}
 			progress, finish := progressFor(cmd.ErrOrStderr(), len(letters), "replaying")
 			res, err := t.queue.Replay(ctx, letters, progress)
 			finish()
@@ -1153,35 +1167,16 @@ or when an ID named is not in the DLQ (nothing is dropped); 2 on bad input.`,
   rpr dlq drop examples.orders.v1.Orders --all --yes`,
 		Args: dlqArgs(1, -1, "rpr dlq drop SERVICE (ID... | --all | filters), e.g. rpr dlq drop examples.orders.v1.Orders 1764434400123-0"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkService(args[0]); err != nil {
-				return err
-			}
-			ids := args[1:]
-			filter, err := f.check(cmd, "drop", ids)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			t, err := openDLQ(ctx, f.rf, args[0])
-			if err != nil {
-				return err
+			t, letters, err := f.selected(cmd, args, "drop")
+			if t != nil {
+				defer t.rdb.Close()
 			}
-			defer t.rdb.Close()
-			letters, err := f.resolve(ctx, t, filter, ids)
-			if err != nil {
+			if err != nil || len(letters) == 0 {
 				return err
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-			if len(letters) == 0 {
-				nothingSelected(out, t, &f.sel, "drop")
-				return nil
-			}
 			question := fmt.Sprintf("Drop %s of %s?", count(len(letters), "dead letter"), t.service)
-			if f.dryRun {
-				fmt.Fprintf(out, "would drop %s of %s (dry run: nothing changed):\n", count(len(letters), "dead letter"), t.service)
-				printBreakdown(out, letters)
-				return nil
-			}
 			if !yes {
 				printBreakdown(errOut, letters)
 				ok, err := confirm(ctx, cmd.InOrStdin(), errOut, question)
