@@ -83,8 +83,7 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	const workers = 16
 	in := wrapperspb.String("hello, edge")
 	latencies := make([][]time.Duration, workers)
-	before := commandCalls(b, rdb)
-	redisCPUBefore := redisCPU(b, rdb)
+	before := redisSample(b, rdb)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -109,8 +108,8 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	commands := commandCalls(b, rdb) - before - 1 // the INFO itself
-	redisCPUUsed := redisCPU(b, rdb) - redisCPUBefore
+	used := redisSample(b, rdb).Sub(before)
+	commands := used.Commands
 
 	// The floor: a plain pipelined XADD loop, same count, same Redis.
 	xaddStart := time.Now()
@@ -138,7 +137,7 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	b.ReportMetric(ms(all[len(all)/2]), "enqueue-p50-ms")
 	b.ReportMetric(ms(all[len(all)*99/100]), "enqueue-p99-ms")
 	b.ReportMetric(float64(commands)/float64(b.N), "redis-cmds/req")
-	b.ReportMetric(float64(redisCPUUsed.Microseconds())/float64(b.N), "redis-cpu-us/req")
+	b.ReportMetric(float64(used.CPU.Microseconds())/float64(b.N), "redis-cpu-us/req")
 	b.ReportMetric(0, "ns/op")
 	if os.Getenv("RPR_BENCH_COMMANDSTATS") != "" {
 		for _, l := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\n") {
@@ -150,23 +149,6 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	b.Logf("%d requests: processed in %v (%.0f req/s), enqueued in %v; XADD loop %v (%.0f/s); %s Redis commands per request",
 		b.N, elapsed.Round(time.Millisecond), rate, enqueued.Round(time.Millisecond), xaddElapsed.Round(time.Millisecond), xaddRate,
 		strconv.FormatFloat(float64(commands)/float64(b.N), 'f', 2, 64))
-}
-
-// redisCPU returns the CPU time (user + system) redis-server has used.
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
-			v, _ := strconv.ParseFloat(value, 64)
-			total += v
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }
 
 // BenchmarkQueuedMemory measures Redis memory per queued async request
@@ -192,7 +174,7 @@ func BenchmarkQueuedMemory(b *testing.B) {
 	if _, err := client.Enqueue(ctx, do, in); err != nil { // creates the stream
 		b.Fatal(err)
 	}
-	before := usedMemory(b, rdb)
+	before := redisSample(b, rdb).UsedMemory
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -207,23 +189,7 @@ func BenchmarkQueuedMemory(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	grown := usedMemory(b, rdb) - before
+	grown := redisSample(b, rdb).UsedMemory - before
 	b.ReportMetric(float64(grown)/float64(b.N), "redis-bytes/queued-request")
 	b.ReportMetric(0, "ns/op")
-}
-
-// usedMemory returns INFO memory used_memory.
-func usedMemory(b *testing.B, rdb *redis.Client) int64 {
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	b.Fatal("INFO memory has no used_memory")
-	return 0
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -127,22 +127,18 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// commandCalls sums the calls of every command in INFO commandstats.
+// commandCalls returns the commands Redis has executed, INFO left out.
 func commandCalls(b *testing.B, rdb redis.UniversalClient) int64 {
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	return redisSample(b, rdb).Commands
+}
+
+// redisSample reads Redis's counters (commands, CPU, memory).
+func redisSample(b *testing.B, rdb redis.UniversalClient) redisinfo.Sample {
+	s, err := redisinfo.Read(context.Background(), rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		_, rest, ok := strings.Cut(line, ":calls=")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		total += n
-	}
-	return total
+	return s
 }
 
 // BenchmarkUnaryEchoClients spreads 128 concurrent callers over 1, 4 and 16
@@ -210,7 +206,7 @@ func BenchmarkUnaryEchoClients(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
-			b.ReportMetric(float64(commandCalls(b, rdb)-before-1)/float64(b.N), "redis-ops/call")
+			b.ReportMetric(float64(commandCalls(b, rdb)-before)/float64(b.N), "redis-ops/call")
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
 			b.ReportMetric(0, "ns/op")
 		})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -171,21 +171,11 @@ func (w *bufferWorld) checkLedger(when string, accepted int64) ledger {
 // usedMemory returns INFO memory's used_memory, in bytes.
 func (w *bufferWorld) usedMemory() int64 {
 	w.t.Helper()
-	info, err := w.rdb.Info(context.Background(), "memory").Result()
+	s, err := redisinfo.Read(context.Background(), w.rdb)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				w.t.Fatalf("used_memory %q: %v", v, err)
-			}
-			return n
-		}
-	}
-	w.t.Fatalf("INFO memory has no used_memory:\n%s", info)
-	return 0
+	return s.UsedMemory
 }
 
 // waitLong polls cond (a condition on the test's world) every 50ms until

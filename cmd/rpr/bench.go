@@ -27,6 +27,7 @@ import (
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	ordersv1 "github.com/rprtunnel/rpr/gen/examples/orders/v1"
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -753,31 +754,12 @@ func benchSampleRedis(ctx context.Context, rdb redis.UniversalClient, embedded b
 		if err != nil {
 			return benchRedisFigures{}, fmt.Errorf("INFO stats: %w", err)
 		}
-		n, _ := strconv.ParseInt(benchInfoField(info, "total_commands_processed"), 10, 64)
+		n, _ := strconv.ParseInt(redisinfo.Field(info, "total_commands_processed"), 10, 64)
 		return benchRedisFigures{commands: n}, nil
 	}
 	one := func(ctx context.Context, c *redis.Client) (benchRedisFigures, error) {
-		stats, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return benchRedisFigures{}, fmt.Errorf("INFO commandstats: %w", err)
-		}
-		cpu, err := c.Info(ctx, "cpu").Result()
-		if err != nil {
-			return benchRedisFigures{}, fmt.Errorf("INFO cpu: %w", err)
-		}
-		var f benchRedisFigures
-		for line := range strings.SplitSeq(stats, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-			if !ok || name == "cmdstat_info" {
-				continue
-			}
-			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-			f.commands += n
-		}
-		sys, _ := strconv.ParseFloat(benchInfoField(cpu, "used_cpu_sys"), 64)
-		user, _ := strconv.ParseFloat(benchInfoField(cpu, "used_cpu_user"), 64)
-		f.cpu = sys + user
-		return f, nil
+		s, err := redisinfo.Read(ctx, c)
+		return benchRedisFigures{commands: s.Commands, cpu: s.CPU.Seconds()}, err
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
@@ -796,16 +778,6 @@ func benchSampleRedis(ctx context.Context, rdb redis.UniversalClient, embedded b
 		return total, err
 	}
 	return benchRedisFigures{}, fmt.Errorf("cannot read INFO through a %T", rdb)
-}
-
-// benchInfoField returns the value of name in an INFO reply.
-func benchInfoField(info, name string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == name {
-			return v
-		}
-	}
-	return ""
 }
 
 // benchCommandCounter is a go-redis hook counting the commands a

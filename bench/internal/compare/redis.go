@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 )
 
 // RedisServer is a throwaway redis-server this program started: a free
@@ -133,31 +135,6 @@ type RedisFigures struct {
 }
 
 func sampleRedis(ctx context.Context, rdb *redis.Client) (RedisFigures, error) {
-	var f RedisFigures
-	stats, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return f, err
-	}
-	for line := range strings.SplitSeq(stats, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || name == "cmdstat_info" {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		f.commands += n
-	}
-	cpu, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return f, err
-	}
-	var secs float64
-	for line := range strings.SplitSeq(cpu, "\n") {
-		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
-			v, _ := strconv.ParseFloat(value, 64)
-			secs += v
-		}
-	}
-	f.cpu = time.Duration(secs * float64(time.Second))
-	return f, nil
+	s, err := redisinfo.Read(ctx, rdb)
+	return RedisFigures{commands: s.Commands, cpu: s.CPU}, err
 }
