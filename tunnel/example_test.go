@@ -84,3 +84,9 @@ func ExampleRetryAfter() {
 	}
 	// Output: retry after 2s
 }
+
+// RedactURL hides a Redis password before a URL is logged or shown.
+func ExampleRedactURL() {
+	fmt.Println(tunnel.RedactURL("rediss://app:s3cret@10.0.0.5:6380/0"))
+	// Output: rediss://app:****@10.0.0.5:6380/0
+}

@@ -24,18 +24,19 @@ import (
 func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("rpr: redis URL %q: %w (want redis://host:port/db or rediss://host:port/db)", redactURL(rawURL), err)
+		return nil, fmt.Errorf("rpr: redis URL %q: %w (want redis://host:port/db or rediss://host:port/db)", RedactURL(rawURL), err)
 	}
 	rdb := redis.NewClient(opts)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("rpr: connect to redis at %s: %w", redactURL(rawURL), err)
+		return nil, fmt.Errorf("rpr: connect to redis at %s: %w", RedactURL(rawURL), err)
 	}
 	return rdb, nil
 }
 
-// redactURL hides a password in a Redis URL so it can appear in errors.
-func redactURL(raw string) string {
+// RedactURL hides the password of a Redis URL ("redis://user:****@host"),
+// so that the URL can appear in errors, logs and on screens.
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		return raw

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"math/bits"
-	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -254,7 +253,7 @@ type benchRun struct {
 
 func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error {
 	r := &benchRun{o: o, embedded: o.redisURL == ""}
-	redisURL, shown := o.redisURL, benchRedactURL(o.redisURL)
+	redisURL, shown := o.redisURL, tunnel.RedactURL(o.redisURL)
 	if r.embedded {
 		mr, err := miniredis.Run()
 		if err != nil {
@@ -994,17 +993,4 @@ func benchGroup(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
-}
-
-// benchRedactURL hides a password in a Redis URL before it is printed.
-func benchRedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		return strings.Replace(u.String(), "xxxxx", "****", 1)
-	}
-	return raw
 }

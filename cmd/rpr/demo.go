@@ -55,7 +55,7 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 		redisURL = "redis://" + mr.Addr() + "/0"
 		fmt.Fprintf(out, "redis   embedded, in memory, at %s (pass --redis URL to use a real one)\n", mr.Addr())
 	} else {
-		fmt.Fprintf(out, "redis   %s\n", redisURL)
+		fmt.Fprintf(out, "redis   %s\n", tunnel.RedactURL(redisURL))
 	}
 
 	logger := slog.New(slog.DiscardHandler)

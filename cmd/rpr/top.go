@@ -222,7 +222,7 @@ func (m topModel) lagStuck(service string) bool {
 
 func (m topModel) View() tea.View {
 	var b strings.Builder
-	status := fmt.Sprintf("rpr top — %s  prefix %s  every %v", m.flags.url, m.flags.prefix, m.flags.interval)
+	status := fmt.Sprintf("rpr top — %s  prefix %s  every %v", tunnel.RedactURL(m.flags.url), m.flags.prefix, m.flags.interval)
 	if len(m.rows) > 0 {
 		status += "  Redis time " + m.rows[0].RedisTime.Format("15:04:05")
 	}
