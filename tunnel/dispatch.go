@@ -177,11 +177,13 @@ func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis
 	}
 	for i, req := range batch {
 		d := decisions[i]
-		log := r.server.log.With("request_id", req.env.ID, "method", req.env.Method)
+		// Only the uncommon decisions log here; a logger with the request's
+		// attributes is made for them alone, not for every request run.
+		log := func() *slog.Logger { return r.server.log.With("request_id", req.env.ID, "method", req.env.Method) }
 		switch d.what {
 		case "run", "rerun", "orphan":
 			if d.what != "run" {
-				log.Warn("rpr: took over a request whose worker's lease expired", "decision", d.what, "previous_worker", d.detail)
+				log().Warn("rpr: took over a request whose worker's lease expired", "decision", d.what, "previous_worker", d.detail)
 				r.server.stats.reclaimed.Add(1)
 			}
 			r.handlers.Add(1)
@@ -194,19 +196,19 @@ func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis
 			}()
 			continue
 		case "expired":
-			log.Info("rpr: deadline passed before a worker took the request; not executed")
+			log().Info("rpr: deadline passed before a worker took the request; not executed")
 		case "closed":
-			log.Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.detail)
+			log().Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.detail)
 		case "resent":
-			log.Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.detail)
+			log().Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.detail)
 		case "finished":
-			log.Info("rpr: async request already handled under its idempotency key; not run again", "key", req.env.Key, "state", d.detail)
+			log().Info("rpr: async request already handled under its idempotency key; not run again", "key", req.env.Key, "state", d.detail)
 		case "duplicate":
-			log.Info("rpr: request already running under another entry; duplicate retired", "worker", d.detail)
+			log().Info("rpr: request already running under another entry; duplicate retired", "worker", d.detail)
 		case "busy":
-			log.Debug("rpr: request held by a live worker; left alone", "worker", d.detail)
+			log().Debug("rpr: request held by a live worker; left alone", "worker", d.detail)
 		default:
-			log.Error("rpr: unknown begin decision", "decision", d.what)
+			log().Error("rpr: unknown begin decision", "decision", d.what)
 		}
 		r.releaseSlots(1)
 	}
