@@ -102,7 +102,12 @@ func TestClientPauseRedis(t *testing.T) {
 		pause   = 3 * time.Second
 	)
 	srv := w.startLocalServer(tunnel.ServerOptions{Concurrency: 16})
-	c := w.newClient(tunnel.ClientOptions{})
+	// The breakers are off: this test is about what deadlines do during a
+	// stall. With them on, the in-flight calls that time out open the
+	// breaker, and the load's remaining calls fail fast (UNAVAILABLE, not
+	// executed) until its cool-down ends, whether the 8 callers happen to
+	// be in flight at once or not (breaker_test.go covers that).
+	c := w.newClient(tunnel.ClientOptions{Breaker: tunnel.BreakerOptions{Disabled: true}})
 	first := c.call(writeMethod, "0s", 10*time.Second)
 	if first.err != nil {
 		t.Fatalf("first call: %v", first)
