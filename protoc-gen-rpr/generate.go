@@ -377,6 +377,9 @@ func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) 
 		if s.maxBacklog != 0 {
 			g.P("MaxBacklog: ", s.maxBacklog, ",")
 		}
+		if s.shards != 0 {
+			g.P("Shards: ", s.shards, ",")
+		}
 		g.P("Handler: ", m.names.handler, ",")
 		g.P("},")
 	}

@@ -21,6 +21,7 @@ type service struct {
 	names      serviceNames
 	bizCode    string // (rpr.v1.service).biz_code, "" when unset
 	maxBacklog int64  // (rpr.v1.service).max_backlog, 0 when unset
+	shards     int    // (rpr.v1.service).shards, 0 when unset
 	deprecated bool   // option deprecated = true
 	methods    []*method
 }
@@ -66,6 +67,9 @@ func loadService(s *protogen.Service) (*service, error) {
 	serviceTimeout, err := tunnel.DurationOption(rprOpts.GetTimeout())
 	if err != nil {
 		errs = append(errs, fmt.Errorf("protoc-gen-rpr: service %s: (rpr.v1.service).timeout %w", s.Desc.FullName(), err))
+	}
+	if svc.shards, err = tunnel.ShardsOption(rprOpts.GetShards()); err != nil {
+		errs = append(errs, fmt.Errorf("protoc-gen-rpr: service %s: (rpr.v1.service).shards %w", s.Desc.FullName(), err))
 	}
 	if svc.maxBacklog, err = tunnel.MaxBacklogOption(rprOpts.GetMaxBacklog()); err != nil {
 		errs = append(errs, fmt.Errorf("protoc-gen-rpr: service %s: (rpr.v1.service).max_backlog %w", s.Desc.FullName(), err))

@@ -69,6 +69,16 @@ func (c *Client) maxBacklog(method *MethodDesc) int64 {
 	return c.opts.MaxBacklog
 }
 
+// shareOfCap is the part of a service's cap that each of its shards'
+// queues may hold: the enqueue script holds each queue to it, so that the
+// service as a whole stays within the cap.
+func shareOfCap(capacity int64, shards int) int64 {
+	if shards <= 1 {
+		return capacity
+	}
+	return (capacity + int64(shards) - 1) / int64(shards)
+}
+
 // admit refuses a call while the service's cached backlog is at or above
 // watermark × capacity.
 func (s *clientService) admit(full, rid string, capacity int64, watermark float64) error {

@@ -137,7 +137,7 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 		return Receipt{}, err
 	}
 	defer func() { pass.done(err) }()
-	svc, err := c.service(ctx, method.Service)
+	svc, err := c.service(ctx, method.Service, method.Shards)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -172,7 +172,8 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if time.Until(receipt.ProcessAt) > 0 {
 		due = c.clock.toRedis(receipt.ProcessAt)
 	}
-	if err := c.enqueue(ctx, svc, full, rid, capacity, due, raw); err != nil {
+	lane, shard := c.route(svc, method, cfg, cfg.idempotencyKey)
+	if err := c.enqueue(ctx, svc, full, rid, lane, shard, capacity, due, raw); err != nil {
 		return Receipt{}, err
 	}
 	return receipt, nil
@@ -195,11 +196,12 @@ func (c *Client) checkAsync(method *MethodDesc, full, rid string, cfg *callConfi
 
 // enqueue writes one request through the client's enqueuer and turns the
 // verdict into an error.
-func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid string, capacity, due int64, raw []byte) error {
+func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lane string, shard int, capacity, due int64, raw []byte) error {
+	sk := c.keys.shard(svc.name, shard)
 	item := &enqueuing{
-		stream:   c.keys.requests(svc.name),
-		retries:  c.keys.retries(svc.name),
-		capacity: capacity,
+		stream:   sk.requests(lane),
+		retries:  sk.retries(lane),
+		capacity: shareOfCap(capacity, int(svc.shards.count.Load())),
 		due:      due,
 		raw:      raw,
 		result:   make(chan enqueueResult, 1),
@@ -227,7 +229,7 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid stri
 	case res.err != nil:
 		return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: enqueue: %v (whether the request was queued is unknown; enqueueing again with the same idempotency key is safe)", full, rid, res.err), local: true}
 	case !res.queued:
-		return svc.refused(full, rid, res.backlog, capacity, "at its cap")
+		return svc.refused(full, rid, res.backlog, item.capacity, "at its cap")
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func asyncTimeout(env *requestEnvelope, method *MethodDesc) time.Duration {
 // asyncOutcome decides what becomes of an async request after an attempt:
 // done on success; otherwise another attempt after a backoff when its
 // policy allows, or the dead-letter stream with the reason.
-func (r *serveRun) asyncOutcome(svc *serverService, req *received, resp *responseEnvelope, handlerErr error, d beginDecision, log *slog.Logger) *completion {
+func (r *serveRun) asyncOutcome(q *queue, req *received, resp *responseEnvelope, handlerErr error, d beginDecision, log *slog.Logger) *completion {
 	s, env := r.server, req.env
 	window := s.opts.IdempotencyWindow
 	if resp.Code == OK {
@@ -67,7 +67,7 @@ func (r *serveRun) asyncOutcome(svc *serverService, req *received, resp *respons
 		if err == nil {
 			backoff := policy.backoff(env.Attempt)
 			log.Warn("rpr: async request failed; will retry", "attempt", env.Attempt, "of", policy.MaxAttempts, "after", backoff, "code", resp.Code, "error", resp.Message)
-			return &completion{action: "retry", target: s.keys.retries(svc.name), final: stateFailed, ttl: window,
+			return &completion{action: "retry", target: q.retries, final: stateFailed, ttl: window,
 				resp: respRaw, env: raw, extra: strconv.FormatInt(max(backoff.Milliseconds(), 1), 10)}
 		}
 		log.Error("rpr: encode retry envelope; dead-lettering instead", "error", err)
@@ -90,7 +90,7 @@ func (r *serveRun) asyncOutcome(svc *serverService, req *received, resp *respons
 		"enqueued_ms", strconv.FormatInt(env.Enqueued, 10),
 		"worker", s.opts.WorkerID,
 	})
-	return &completion{action: "dead", target: s.keys.deadLetters(svc.name), final: stateDead, ttl: window,
+	return &completion{action: "dead", target: q.keys.deadLetters(), final: stateDead, ttl: window,
 		resp: respRaw, env: original, extra: string(fields)}
 }
 
@@ -119,13 +119,13 @@ func deadLetterReason(err error, code Code, attempt int, p RetryPolicy, d beginD
 	return fmt.Sprintf("code %s is not retryable", code)
 }
 
-// moveDue brings svc's due retries and delayed requests to its request
+// moveDue brings q's due retries and delayed requests to its request
 // stream until ctx ends: every RetryPollInterval, or sooner when the next
 // one is due sooner, and at once again while there is a backlog of due
 // entries.
-func (r *serveRun) moveDue(ctx context.Context, svc *serverService) {
+func (r *serveRun) moveDue(ctx context.Context, q *queue) {
 	s := r.server
-	keys := []string{s.keys.retries(svc.name), svc.requests}
+	keys := []string{q.retries, q.requests}
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	for {
 		wait := s.opts.RetryPollInterval
@@ -136,13 +136,13 @@ func (r *serveRun) moveDue(ctx context.Context, svc *serverService) {
 		case ctx.Err() != nil:
 			return
 		case err != nil || len(res) != 2:
-			s.log.Warn("rpr: move due retries", "service", svc.name, "error", err)
+			s.log.Warn("rpr: move due retries", "service", q.name, "error", err)
 			backoff.wait(ctx)
 			continue
 		}
 		backoff.reset()
 		if res[0] > 0 {
-			s.log.Debug("rpr: moved due async requests to the queue", "service", svc.name, "count", res[0])
+			s.log.Debug("rpr: moved due async requests to the queue", "service", q.name, "count", res[0])
 		}
 		switch {
 		case res[0] == moveBatch:
@@ -160,9 +160,9 @@ func (r *serveRun) moveDue(ctx context.Context, svc *serverService) {
 	}
 }
 
-// tidy runs janitorScript on svc's request stream every janitorInterval
+// tidy runs janitorScript on q's request stream every janitorInterval
 // until ctx ends.
-func (r *serveRun) tidy(ctx context.Context, svc *serverService) {
+func (r *serveRun) tidy(ctx context.Context, q *queue) {
 	s := r.server
 	t := time.NewTicker(janitorInterval)
 	defer t.Stop()
@@ -173,16 +173,16 @@ func (r *serveRun) tidy(ctx context.Context, svc *serverService) {
 		case <-t.C:
 		}
 		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		res, err := janitorScript.Run(runCtx, s.rdb, []string{svc.requests}, staleConsumerIdle.Milliseconds()).Int64Slice()
+		res, err := janitorScript.Run(runCtx, s.rdb, []string{q.requests}, staleConsumerIdle.Milliseconds()).Int64Slice()
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("rpr: tidy request stream", "stream", svc.requests, "error", err)
+				s.log.Warn("rpr: tidy request stream", "stream", q.requests, "error", err)
 			}
 			continue
 		}
 		if len(res) == 2 && (res[0] > 0 || res[1] > 0) {
-			s.log.Debug("rpr: tidied request stream", "stream", svc.requests, "trimmed", res[0], "consumers_forgotten", res[1])
+			s.log.Debug("rpr: tidied request stream", "stream", q.requests, "trimmed", res[0], "consumers_forgotten", res[1])
 		}
 	}
 }

@@ -18,6 +18,7 @@ type callConfig struct {
 	retry          *RetryPolicy
 	idempotencyKey string    // async only
 	processAt      time.Time // async only; zero: at once
+	lane           string    // "" : the routing table decides
 }
 
 type callOptionFunc func(*callConfig)
@@ -71,4 +72,11 @@ func WithRetry(policy RetryPolicy) CallOption {
 // default.
 func WithoutRetry() CallOption {
 	return callOptionFunc(func(c *callConfig) { c.retry = nil })
+}
+
+// WithLane sends the call to lane, bypassing the service's routing table:
+// to try a new version directly, or to pin a test's calls. The lane must
+// have a live server, or the call fails UNAVAILABLE, not executed.
+func WithLane(lane string) CallOption {
+	return callOptionFunc(func(c *callConfig) { c.lane = lane })
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,6 +84,10 @@ type ClientOptions struct {
 	// down (default: on; 5 consecutive failures open one, 5s cool-down, 1
 	// half-open probe). See BreakerOptions.
 	Breaker BreakerOptions
+	// Shards sets, by service name, how many shards a service has when its
+	// proto sets no (rpr.v1.service).shards. The count recorded in Redis
+	// (by the servers, or `rpr shards set`) wins; see shards.go.
+	Shards map[string]int
 }
 
 // responseGroup is the consumer group a client reads its response stream
@@ -123,9 +126,12 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	services map[string]*clientService
+	routeChanges *routeWatcher // routing-table announcements (routes.go)
+
+	mu            sync.Mutex
+	closed        bool
+	services      map[string]*clientService
+	blockingReads int // response streams with a reader blocked on them
 }
 
 // NewClient returns a Client that talks through rdb. rdb stays the caller's:
@@ -179,8 +185,13 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rpr: client circuit breakers: %w", err)
 	}
+	for name, n := range opts.Shards {
+		if err := validShards(n); err != nil {
+			return nil, fmt.Errorf("rpr: ClientOptions.Shards[%q]: %w", name, err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Client{
+	c := &Client{
 		metrics:     metrics,
 		limiter:     newLimiter(opts.MeterProvider, opts.LimitKey),
 		breakers:    breakers,
@@ -196,7 +207,9 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 		ctx:         ctx,
 		cancel:      cancel,
 		services:    map[string]*clientService{},
-	}, nil
+	}
+	c.routeChanges = &routeWatcher{ctx: ctx, rdb: rdb, wg: &c.wg}
+	return c, nil
 }
 
 // ID returns the client instance's id.
@@ -313,6 +326,11 @@ type outgoingCall struct {
 	id      string
 	payload []byte
 	cfg     *callConfig
+	// lane and shard are chosen on the first attempt and kept, so that
+	// every attempt finds the request's state in the same shard.
+	lane   string
+	shard  int
+	routed bool
 }
 
 // attempt sends the call once and waits for its outcome.
@@ -325,22 +343,27 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		return err
 	}
 	defer func() { pass.done(err) }()
-	svc, err := c.service(ctx, call.method.Service)
+	svc, err := c.service(ctx, call.method.Service, call.method.Shards)
 	if err != nil {
 		return err
 	}
-	if err := c.openResponses(ctx, svc); err != nil {
+	if !call.routed {
+		call.lane, call.shard = c.route(svc, call.method, call.cfg, "")
+		call.routed = true
+	}
+	responses, err := c.openResponses(ctx, svc, call.shard)
+	if err != nil {
 		return err
 	}
 	if err := svc.admit(full, rid, c.maxBacklog(call.method), c.opts.BacklogWatermark); err != nil {
 		return err
 	}
-	live, err := c.anyLiveWorker(ctx, svc)
+	live, err := c.anyLiveWorker(ctx, svc, call.lane)
 	if err != nil {
 		return notExecutedf(Unavailable, "%s [%s]: cannot reach Redis to look for servers of %s: %v", full, rid, call.method.Service, err)
 	}
 	if !live {
-		return noLiveServer(notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, call.method.Service, liveWindow, c.opts.Prefix))
+		return noLiveServer(c.noLiveServerError(svc, full, rid, call.lane))
 	}
 
 	// Rate limits (limiter.go): one round trip when a rule applies, none otherwise.
@@ -355,7 +378,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		Method:   full,
 		Deadline: c.clock.toRedis(deadline),
 		Header:   call.cfg.header,
-		ReplyTo:  svc.stream,
+		ReplyTo:  responses.key,
 		Enqueued: c.clock.toRedis(time.Now()),
 		Attempt:  attempt,
 		Kind:     kindUnary,
@@ -368,7 +391,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	wait := svc.expect(rid)
 	defer svc.forget(rid)
 	sent := make(chan error, 1)
-	requests := c.keys.requests(call.method.Service)
+	requests := c.keys.shard(call.method.Service, call.shard).requests(call.lane)
 	send := &pipelineOp{
 		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 			return p.XAdd(ctx, &redis.XAddArgs{Stream: requests, Values: []any{envelopeField, raw}})
@@ -426,7 +449,7 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool)
 	actx, cancel := context.WithTimeout(context.Background(), arbiterBudget)
 	defer cancel()
 	res, err := arbiterScript.Run(actx, c.rdb,
-		[]string{c.keys.state(call.method.Service, call.id)},
+		[]string{c.keys.shard(call.method.Service, call.shard).state(call.id)},
 		mark, stateMargin.Milliseconds(), c.keys.cancels(call.method.Service), call.id).Slice()
 	if err != nil || len(res) != 2 {
 		return Errorf(code, "%s; whether it was executed is unknown (could not reach Redis to settle it: %v)", prefix, err)
@@ -466,17 +489,36 @@ func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout t
 	return time.Now().Add(timeout)
 }
 
-// anyLiveWorker reports whether svc has a live worker. It trusts the
-// cached count when that is positive; when it is zero it looks again
+// anyLiveWorker reports whether lane of svc has a live worker. It trusts
+// the cached count when that is positive; when it is zero it looks again
 // before failing the call, so a server that just started is found at once.
-func (c *Client) anyLiveWorker(ctx context.Context, svc *clientService) (bool, error) {
-	if svc.liveWorkers.Load() > 0 {
+func (c *Client) anyLiveWorker(ctx context.Context, svc *clientService, lane string) (bool, error) {
+	if svc.liveWorkers(lane) > 0 {
 		return true, nil
 	}
 	if err := c.refresh(ctx, svc); err != nil {
 		return false, err
 	}
-	return svc.liveWorkers.Load() > 0, nil
+	return svc.liveWorkers(lane) > 0, nil
+}
+
+// noLiveServerError explains a call that no live server could take.
+func (c *Client) noLiveServerError(svc *clientService, full, rid, lane string) *Error {
+	if lane != DefaultLane && svc.liveWorkers("") > 0 {
+		return notExecutedf(Unavailable, "%s [%s]: no live server in lane %s of service %s (servers of other lanes are up): start one with ServerOptions.Lane %q, or route the method elsewhere (`rpr routes`)", full, rid, lane, svc.name, lane)
+	}
+	return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, svc.name, liveWindow, c.opts.Prefix)
+}
+
+// route picks the lane and shard of a call: the lane from WithLane, else
+// from the service's routing table; the shard from key (an async
+// request's idempotency key) when there is one, else the next in turn.
+func (c *Client) route(svc *clientService, method *MethodDesc, cfg *callConfig, key string) (lane string, shard int) {
+	lane = cfg.lane
+	if lane == "" {
+		lane = svc.routes.lane(method.Service, method.Name, cfg.header)
+	}
+	return lane, svc.shards.pick(key)
 }
 
 // bizCode picks the business code for a call's request id.
@@ -539,13 +581,13 @@ func (c *Client) Close() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	c.routeChanges.close()
 	for _, s := range services {
-		if !s.responses.Load() {
-			continue
-		}
-		// Deleting the stream also wakes the reader blocked on it.
-		if err := c.rdb.Del(ctx, s.stream).Err(); err != nil {
-			errs = append(errs, fmt.Errorf("rpr: delete response stream %s: %w", s.stream, err))
+		for _, rs := range s.responseStreams() {
+			// Deleting the stream also wakes the reader blocked on it.
+			if err := c.rdb.Del(ctx, rs.key).Err(); err != nil {
+				errs = append(errs, fmt.Errorf("rpr: delete response stream %s: %w", rs.key, err))
+			}
 		}
 		s.failAll(Errorf(Canceled, "client closed while the call was in flight"))
 	}
@@ -568,292 +610,6 @@ func instanceID() string {
 		return r
 	}, host)
 	return fmt.Sprintf("%s-%d-%06x", host, os.Getpid(), rand.Uint32()&0xffffff)
-}
-
-// clientService is what a Client keeps per service it calls: how many
-// workers were live and how long the queue was at the last look, and, once
-// it makes a unary call, the response stream and the calls waiting on it.
-type clientService struct {
-	name   string
-	stream string
-
-	ready chan struct{} // closed when setup finished; then err is set
-	err   error
-
-	liveWorkers atomic.Int32
-	limits      atomic.Pointer[limitRules] // rate-limit rules, refreshed with the rest
-	backlog     backlog
-	lastRead    atomic.Value // string: id of the last response read
-
-	openMu    sync.Mutex  // serializes openResponses
-	responses atomic.Bool // the response stream exists and has its reader
-
-	mu      sync.Mutex
-	waiting map[string]chan callResult
-}
-
-// service returns the state of a service, setting it up on first use: the
-// first call to a service reads its state and starts its watcher. Setup
-// failures are not remembered, so a later call tries again.
-func (c *Client) service(ctx context.Context, name string) (*clientService, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, notExecutedf(Canceled, "%s: client closed", name)
-	}
-	s, ok := c.services[name]
-	if !ok {
-		if err := checkPool(c.rdb, len(c.services)+1, "this Client"); err != nil {
-			c.mu.Unlock()
-			return nil, notExecutedf(ResourceExhausted, "%s: %v", name, err)
-		}
-		s = &clientService{
-			name:    name,
-			stream:  c.keys.responses(name, c.opts.ID),
-			ready:   make(chan struct{}),
-			waiting: map[string]chan callResult{},
-		}
-		c.services[name] = s
-		c.wg.Add(1)
-		go c.startService(s)
-	}
-	c.mu.Unlock()
-
-	select {
-	case <-s.ready:
-	case <-ctx.Done():
-		return nil, notExecutedf(DeadlineExceeded, "%s: deadline exceeded while connecting to the service's streams; nothing was sent", name)
-	}
-	if s.err != nil {
-		return nil, s.err
-	}
-	return s, nil
-}
-
-// startService reads s's state and, when that works, runs its watcher.
-func (c *Client) startService(s *clientService) {
-	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-	err := c.refresh(ctx, s)
-	cancel()
-	if err != nil {
-		s.err = notExecutedf(Unavailable, "%s: cannot reach Redis to set up calls to the service: %v", s.name, err)
-		c.mu.Lock()
-		delete(c.services, s.name)
-		c.mu.Unlock()
-		close(s.ready)
-		return
-	}
-	close(s.ready)
-	c.wg.Add(1)
-	go c.watch(s)
-}
-
-// openResponses creates s's response stream and starts its reader, once:
-// only unary calls need them, so a client that only enqueues async
-// requests keeps no stream and no blocked reader.
-func (c *Client) openResponses(ctx context.Context, s *clientService) error {
-	if s.responses.Load() {
-		return nil
-	}
-	s.openMu.Lock()
-	defer s.openMu.Unlock()
-	if s.responses.Load() {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := c.createResponseStream(ctx, s); err != nil {
-		return notExecutedf(Unavailable, "%s: set up response stream: %v", s.name, err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return notExecutedf(Canceled, "%s: client closed", s.name)
-	}
-	s.responses.Store(true)
-	c.wg.Add(1)
-	go c.readResponses(s)
-	return nil
-}
-
-// createResponseStream makes the response stream and its group (both may
-// exist already after a reconnect) and sets its expiry.
-func (c *Client) createResponseStream(ctx context.Context, s *clientService) error {
-	err := c.rdb.XGroupCreateMkStream(ctx, s.stream, responseGroup, "$").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("create %s: %w", s.stream, err)
-	}
-	if err := c.rdb.PExpire(ctx, s.stream, responseStreamTTL).Err(); err != nil {
-		return fmt.Errorf("set expiry of %s: %w", s.stream, err)
-	}
-	return nil
-}
-
-// refresh reads Redis's clock, the service's worker heartbeats and its
-// backlog, and (once unary calls use it) extends the response stream's
-// life and trims the responses already read, in one round trip. It
-// recreates the response stream if it disappeared (Redis restarted or
-// evicted it).
-func (c *Client) refresh(ctx context.Context, s *clientService) error {
-	pipe := c.rdb.Pipeline()
-	sentAt := time.Now()
-	timeCmd := pipe.Time(ctx)
-	workers := pipe.HGetAll(ctx, c.keys.workers(s.name))
-	queued := pipe.XLen(ctx, c.keys.requests(s.name))
-	retrying := pipe.ZCard(ctx, c.keys.retries(s.name))
-	limits := pipe.HGetAll(ctx, c.keys.limits(s.name)) // rate limits (limiter.go)
-	responses := s.responses.Load()
-	var expire *redis.BoolCmd
-	if responses {
-		expire = pipe.PExpire(ctx, s.stream, responseStreamTTL)
-		if last, _ := s.lastRead.Load().(string); last != "" {
-			pipe.XTrimMinID(ctx, s.stream, last)
-		}
-	}
-	_, _ = pipe.Exec(ctx) // each command is judged below
-	for _, cmd := range []redis.Cmder{timeCmd, workers, queued, retrying} {
-		if err := cmd.Err(); err != nil {
-			return err
-		}
-	}
-	redisNow := timeCmd.Val()
-	c.clock.observe(redisNow, sentAt, time.Now())
-	s.liveWorkers.Store(int32(countLiveWorkers(workers.Val(), redisNow.UnixMilli())))
-	s.backlog.observe(queued.Val()+retrying.Val(), sentAt)
-	if err := limits.Err(); err != nil {
-		// A broken limits key (say, set by hand to another type) must not
-		// stop liveness and backlog from being refreshed: keep the last
-		// rules and say what is wrong.
-		c.log.Warn("rpr: read rate limits; keeping the last ones read", "key", c.keys.limits(s.name), "error", err)
-	} else {
-		c.observeLimits(s, limits.Val())
-	}
-	if responses && !expire.Val() {
-		return c.createResponseStream(ctx, s)
-	}
-	return nil
-}
-
-// watch refreshes s every heartbeatInterval until the client closes.
-func (c *Client) watch(s *clientService) {
-	defer c.wg.Done()
-	t := time.NewTicker(heartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, heartbeatInterval*3)
-		if err := c.refresh(ctx, s); err != nil && c.ctx.Err() == nil {
-			c.log.Warn("rpr: refresh service state", "service", s.name, "error", err)
-		}
-		cancel()
-	}
-}
-
-// readResponses is the one reader of s's response stream: it blocks on the
-// stream and hands each response to its waiting call.
-func (c *Client) readResponses(s *clientService) {
-	defer c.wg.Done()
-	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
-	for c.ctx.Err() == nil {
-		streams, err := c.rdb.XReadGroup(c.ctx, &redis.XReadGroupArgs{
-			Group:    responseGroup,
-			Consumer: c.opts.ID,
-			Streams:  []string{s.stream, ">"},
-			Count:    256,
-			Block:    5 * time.Second,
-			NoAck:    true,
-		}).Result()
-		switch {
-		case err == nil:
-			backoff.reset()
-		case errors.Is(err, redis.Nil):
-			continue // nothing within the block time
-		case c.ctx.Err() != nil:
-			return
-		default:
-			c.log.Warn("rpr: read response stream", "stream", s.stream, "error", err)
-			if isMissingStream(err) {
-				ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
-				if err := c.createResponseStream(ctx, s); err != nil {
-					c.log.Warn("rpr: recreate response stream", "stream", s.stream, "error", err)
-				}
-				cancel()
-			}
-			backoff.wait(c.ctx)
-			continue
-		}
-		var last string
-		for _, stream := range streams {
-			for _, msg := range stream.Messages {
-				c.deliver(s, msg)
-				last = msg.ID
-			}
-		}
-		if last != "" {
-			s.lastRead.Store(last) // trimmed up to here by the next refresh
-		}
-	}
-}
-
-// deliver decodes one response and hands it to the call waiting for it.
-func (c *Client) deliver(s *clientService, msg redis.XMessage) {
-	raw, _ := msg.Values[envelopeField].(string)
-	resp, err := decodeResponse([]byte(raw))
-	if err != nil {
-		id, _ := peekReplyAddress([]byte(raw))
-		c.log.Error("rpr: undecodable response", "stream", s.stream, "entry", msg.ID, "request_id", id, "error", err)
-		if id != "" {
-			s.complete(id, callResult{err: Errorf(Internal, "%s [%s]: undecodable response from the server: %v", s.name, id, err)})
-		}
-		return
-	}
-	if !s.complete(resp.ID, callResult{resp: resp}) {
-		c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
-	}
-}
-
-// expect registers a call waiting for the response to id.
-func (s *clientService) expect(id string) <-chan callResult {
-	ch := make(chan callResult, 1)
-	s.mu.Lock()
-	s.waiting[id] = ch
-	s.mu.Unlock()
-	return ch
-}
-
-// forget drops a waiting call.
-func (s *clientService) forget(id string) {
-	s.mu.Lock()
-	delete(s.waiting, id)
-	s.mu.Unlock()
-}
-
-// complete hands res to the call waiting for id; false if none waits.
-func (s *clientService) complete(id string, res callResult) bool {
-	s.mu.Lock()
-	ch, ok := s.waiting[id]
-	delete(s.waiting, id)
-	s.mu.Unlock()
-	if ok {
-		ch <- res // buffered, and only one result per id
-	}
-	return ok
-}
-
-// failAll ends every waiting call with err.
-func (s *clientService) failAll(err error) {
-	s.mu.Lock()
-	waiting := s.waiting
-	s.waiting = map[string]chan callResult{}
-	s.mu.Unlock()
-	for _, ch := range waiting {
-		ch <- callResult{err: err}
-	}
 }
 
 // isMissingStream reports the errors a blocked read gets when its stream or

@@ -11,7 +11,7 @@ import (
 // completion is one request's outcome waiting to be written (see
 // completeScript for the actions).
 type completion struct {
-	svc    *serverService
+	queue  *queue
 	req    *received
 	action string        // reply, done, retry or dead
 	target string        // reply stream, retry set or dead-letter stream
@@ -31,7 +31,7 @@ type completionResult struct {
 }
 
 // completer writes completions in batches: whatever is queued when a
-// flusher is free goes out as one completeScript call per service, all in
+// flusher is free goes out as one completeScript call per queue (a lane of a service shard), all in
 // one pipeline. Under load that is one script run for dozens of requests.
 type completer struct {
 	*coalescer[*completion]
@@ -54,7 +54,7 @@ func (c *completer) complete(comp *completion) completionResult {
 	return <-comp.result
 }
 
-// flush writes batch, one script call per service.
+// flush writes batch, one script call per queue.
 func (c *completer) flush(batch []*completion) {
 	// The answers must be written whatever happens to the callers, so the
 	// calls run on their own context.
@@ -65,22 +65,22 @@ func (c *completer) flush(batch []*completion) {
 		cmd   *redis.Cmd
 	}
 	var groups []*group
-	byService := map[*serverService]*group{}
+	byQueue := map[*queue]*group{}
 	for _, comp := range batch {
-		g := byService[comp.svc]
+		g := byQueue[comp.queue]
 		if g == nil {
 			g = &group{call: &scriptCall{
 				script: completeScript,
-				keys:   []string{comp.svc.requests},
+				keys:   []string{comp.queue.requests},
 				args:   []any{workersGroup, c.workerID},
 			}}
-			byService[comp.svc] = g
+			byQueue[comp.queue] = g
 			groups = append(groups, g)
 		}
 		g.items = append(g.items, comp)
 		target := comp.target
 		if target == "" {
-			target = comp.req.state // any key of the service; not written
+			target = comp.req.state // any key of the shard; not written
 		}
 		g.call.keys = append(g.call.keys, target, comp.req.state)
 		g.call.args = append(g.call.args, comp.req.entryID, comp.action, comp.final,

@@ -51,6 +51,10 @@ type MethodDesc struct {
 	// are refused. Zero means the client's default
 	// (ClientOptions.MaxBacklog).
 	MaxBacklog int64
+	// Shards is the service's (rpr.v1.service).shards: how many hash tags
+	// its queues are spread over, so that a Redis Cluster spreads them over
+	// its masters. Zero means the Shards options, else one.
+	Shards int
 	// Handler runs the method on the server.
 	Handler MethodHandler
 }

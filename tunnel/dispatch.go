@@ -29,6 +29,7 @@ const (
 // serveRun is the state of one Serve call.
 type serveRun struct {
 	server      *Server
+	queues      *queueSet
 	slots       chan struct{} // one token per entry being handled
 	handlers    sync.WaitGroup
 	completions *batcher // dead letters and answers to undecodable requests
@@ -51,11 +52,11 @@ type received struct {
 	state string
 }
 
-// readRequests takes requests of svc in batches, never more than there are
+// readRequests takes requests of q in batches, never more than there are
 // free handler slots, and processes them: new ones with XREADGROUP and,
 // every reclaim interval, those a dead worker left behind (see reclaim).
 // One loop does both so that the two never compete for slots.
-func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
+func (r *serveRun) readRequests(ctx context.Context, q *queue) {
 	s := r.server
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	// Reads are not cancelled mid-flight: entries Redis hands out must be
@@ -73,7 +74,7 @@ func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
 		slots := 1 + r.takeSlots(s.opts.BatchSize-1)
 		if time.Now().After(nextReclaim) {
 			var used int
-			reclaimFrom, used = r.reclaimOnce(readCtx, svc, reclaimFrom, slots)
+			reclaimFrom, used = r.reclaimOnce(readCtx, q, reclaimFrom, slots)
 			nextReclaim = time.Now().Add(interval)
 			if slots -= used; slots == 0 {
 				continue
@@ -82,7 +83,7 @@ func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
 		streams, err := s.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
 			Group:    workersGroup,
 			Consumer: s.opts.WorkerID,
-			Streams:  []string{svc.requests, ">"},
+			Streams:  []string{q.requests, ">"},
 			Count:    int64(slots),
 			Block:    interval,
 		}).Result()
@@ -102,13 +103,13 @@ func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("rpr: read request stream", "stream", svc.requests, "error", err)
+			s.log.Warn("rpr: read request stream", "stream", q.requests, "error", err)
 			if isMissingStream(err) {
-				r.recreateGroup(ctx, svc)
+				r.recreateGroup(ctx, q)
 			}
 			backoff.wait(ctx)
 		}
-		r.process(readCtx, svc, msgs)
+		r.process(readCtx, q, msgs)
 		if ctx.Err() != nil {
 			return
 		}
@@ -117,12 +118,12 @@ func (r *serveRun) readRequests(ctx context.Context, svc *serverService) {
 
 // recreateGroup restores the workers group after Redis lost it (restarted
 // without persistence, or the stream was deleted).
-func (r *serveRun) recreateGroup(ctx context.Context, svc *serverService) {
+func (r *serveRun) recreateGroup(ctx context.Context, q *queue) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := r.server.rdb.XGroupCreateMkStream(ctx, svc.requests, workersGroup, "0").Err()
+	err := r.server.rdb.XGroupCreateMkStream(ctx, q.requests, workersGroup, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		r.server.log.Warn("rpr: recreate consumer group", "stream", svc.requests, "error", err)
+		r.server.log.Warn("rpr: recreate consumer group", "stream", q.requests, "error", err)
 	}
 }
 
@@ -148,10 +149,10 @@ func (r *serveRun) releaseSlots(n int) {
 // each holds a handler slot. Entries that cannot be decoded are dealt with
 // one by one; the rest go through beginScript together, which decides in
 // one round trip which of them this worker may run.
-func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis.XMessage) {
+func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage) {
 	batch := make([]*received, 0, len(msgs))
 	for _, msg := range msgs {
-		req := r.decode(svc, msg)
+		req := r.decode(q, msg)
 		if req != nil && r.running.has(req.env.ID) {
 			// Reclaimed from under ourselves (our lease lapsed while Redis
 			// was unreachable): the handler is still ours and will complete.
@@ -167,7 +168,7 @@ func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis
 	if len(batch) == 0 {
 		return
 	}
-	decisions, err := r.begin(ctx, svc, batch)
+	decisions, err := r.begin(ctx, q, batch)
 	if err != nil {
 		// The entries stay pending; the reclaimer offers them again once
 		// they have been idle for a lease.
@@ -192,7 +193,7 @@ func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis
 					r.releaseSlots(1)
 					r.handlers.Done()
 				}()
-				r.handle(svc, req, d)
+				r.handle(q, req, d)
 			}()
 			continue
 		case "expired":
@@ -217,40 +218,40 @@ func (r *serveRun) process(ctx context.Context, svc *serverService, msgs []redis
 // decode reads one entry. Entries that cannot be run are answered with an
 // error where there is a caller to tell, dead-lettered, acknowledged and
 // logged, and decode returns nil; nothing in an entry can stop the server.
-func (r *serveRun) decode(svc *serverService, msg redis.XMessage) *received {
+func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 	s := r.server
 	raw, ok := msg.Values[envelopeField].(string)
 	if !ok {
-		s.log.Error("rpr: request entry has no envelope field; dead-lettered", "stream", svc.requests, "entry", msg.ID)
-		r.deadLetter(svc, msg.ID, "", fmt.Sprintf("entry has no %q field", envelopeField))
+		s.log.Error("rpr: request entry has no envelope field; dead-lettered", "stream", q.requests, "entry", msg.ID)
+		r.deadLetter(q, msg.ID, "", fmt.Sprintf("entry has no %q field", envelopeField))
 		return nil
 	}
 	env, err := decodeRequest([]byte(raw))
 	if err != nil {
 		id, replyTo := peekReplyAddress([]byte(raw))
-		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", svc.requests, "entry", msg.ID, "request_id", id, "error", err)
-		r.deadLetter(svc, msg.ID, raw, err.Error())
-		if id != "" && s.keys.isResponses(svc.name, replyTo) {
+		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", q.requests, "entry", msg.ID, "request_id", id, "error", err)
+		r.deadLetter(q, msg.ID, raw, err.Error())
+		if id != "" && q.keys.isResponses(replyTo) {
 			code := InvalidArgument
 			var verr errEnvelopeVersion
 			if errors.As(err, &verr) {
 				code = FailedPrecondition
 			}
-			r.send(svc, msg.ID, replyTo, errorResponse(id, Errorf(code, "[%s] %s: %v", id, svc.name, err)))
+			r.send(q, msg.ID, replyTo, errorResponse(id, Errorf(code, "[%s] %s: %v", id, q.name, err)))
 		}
 		return nil
 	}
-	if env.Kind == kindUnary && !s.keys.isResponses(svc.name, env.ReplyTo) {
+	if env.Kind == kindUnary && !q.keys.isResponses(env.ReplyTo) {
 		s.log.Error("rpr: reply-to is not a response stream of this service; dead-lettered", "request_id", env.ID, "reply_to", env.ReplyTo)
-		r.deadLetter(svc, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, svc.name))
+		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
 	}
-	req := &received{entryID: msg.ID, env: env, deadline: env.Deadline, state: svc.stateKey(env.ID)}
-	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == svc.name {
-		req.method = svc.methods[methodName]
+	req := &received{entryID: msg.ID, env: env, deadline: env.Deadline, state: q.stateKey(env.ID)}
+	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
+		req.method = q.methods[methodName]
 	}
 	if env.Kind == kindAsync {
-		req.state = svc.stateKey(env.Key)
+		req.state = q.stateKey(env.Key)
 		req.deadline = s.clock.toRedis(time.Now().Add(asyncTimeout(env, req.method)))
 	}
 	return req
@@ -263,11 +264,11 @@ type beginDecision struct {
 }
 
 // begin runs beginScript over batch.
-func (r *serveRun) begin(ctx context.Context, svc *serverService, batch []*received) ([]beginDecision, error) {
+func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]beginDecision, error) {
 	s := r.server
 	keys := make([]string, 0, 2+2*len(batch))
 	args := make([]any, 0, 5+4*len(batch))
-	keys = append(keys, svc.requests, s.keys.workers(svc.name))
+	keys = append(keys, q.requests, q.keys.workers())
 	args = append(args, workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds(), stateMargin.Milliseconds(), s.deadAfter().Milliseconds())
 	for _, req := range batch {
 		reply, replies := req.env.ReplyTo, 1
@@ -305,7 +306,7 @@ func (r *serveRun) begin(ctx context.Context, svc *serverService, batch []*recei
 // handle runs (or, for an orphan, refuses) one claimed request and writes
 // its final state and response. The request counts as running, with its
 // lease extended, until its completion is written.
-func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
+func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 	s := r.server
 	log := s.log.With("request_id", req.env.ID, "method", req.env.Method)
 	deadline := s.clock.toLocal(req.deadline)
@@ -313,7 +314,7 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
-	defer r.running.add(req.env.ID, &runningRequest{service: svc, entryID: req.entryID, state: req.state, cancel: cancelCause})()
+	defer r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, state: req.state, cancel: cancelCause})()
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
 	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
@@ -330,10 +331,10 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.detail, req.env.ID, req.env.Method)
 		resp = errorResponse(req.env.ID, handlerErr)
 	} else {
-		resp, handlerErr = r.call(ctx, svc, req, log)
+		resp, handlerErr = r.call(ctx, q, req, log)
 	}
 	if req.env.Kind == kindAsync {
-		r.complete(svc, req, r.asyncOutcome(svc, req, resp, handlerErr, d, log), log)
+		r.complete(q, req, r.asyncOutcome(q, req, resp, handlerErr, d, log), log)
 		return
 	}
 	final := stateSuccess
@@ -346,18 +347,18 @@ func (r *serveRun) handle(svc *serverService, req *received, d beginDecision) {
 		return
 	}
 	ttl := time.Until(deadline) + stateMargin
-	r.complete(svc, req, &completion{action: "reply", target: req.env.ReplyTo, final: final, ttl: ttl, resp: raw}, log)
+	r.complete(q, req, &completion{action: "reply", target: req.env.ReplyTo, final: final, ttl: ttl, resp: raw}, log)
 }
 
 // call runs the handler for req and builds the response envelope. It also
 // returns the error behind a failure, which says more than the envelope
 // (whether it is Permanent).
-func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, log *slog.Logger) (*responseEnvelope, error) {
+func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *slog.Logger) (*responseEnvelope, error) {
 	s, env := r.server, req.env
 	fail := func(err error) (*responseEnvelope, error) { return errorResponse(env.ID, err), err }
 	if req.method == nil {
 		log.Warn("rpr: unknown method")
-		return fail(Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, svc.name))
+		return fail(Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, q.name))
 	}
 	if req.method.Async != (env.Kind == kindAsync) {
 		log.Warn("rpr: call kind does not match the method", "async_method", req.method.Async)
@@ -377,7 +378,7 @@ func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, 
 		ctx = context.WithValue(ctx, idempotencyKeyKey{}, env.Key)
 	}
 
-	reply, err := r.runHandler(ctx, svc, req.method, env, log)
+	reply, err := r.runHandler(ctx, q, req.method, env, log)
 	resp := &responseEnvelope{Version: envelopeVersion, ID: env.ID, Header: md.header, Trailer: md.trailer}
 	if err == nil && req.method.Async {
 		return resp, nil // nobody reads an async reply
@@ -400,7 +401,7 @@ func (r *serveRun) call(ctx context.Context, svc *serverService, req *received, 
 }
 
 // runHandler calls the user's handler, turning a panic into INTERNAL.
-func (r *serveRun) runHandler(ctx context.Context, svc *serverService, method *MethodDesc, env *requestEnvelope, log *slog.Logger) (reply proto.Message, err error) {
+func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, env *requestEnvelope, log *slog.Logger) (reply proto.Message, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
@@ -414,7 +415,7 @@ func (r *serveRun) runHandler(ctx context.Context, svc *serverService, method *M
 		}
 		return nil
 	}
-	reply, err = method.Handler(svc.impl, ctx, decode, r.server.interceptor)
+	reply, err = method.Handler(q.impl, ctx, decode, r.server.interceptor)
 	if err == nil && !method.Async && (reply == nil || !reply.ProtoReflect().IsValid()) {
 		err = Errorf(Internal, "[%s] %s: handler returned neither a reply nor an error", env.ID, env.Method)
 	}
@@ -450,9 +451,9 @@ func errorResponse(id string, err error) *responseEnvelope {
 // If Redis cannot be reached it keeps trying, with backoff, for as long as
 // the request's state lives: the outcome exists, and the request stays this
 // worker's (its lease is extended meanwhile) until it is written.
-func (r *serveRun) complete(svc *serverService, req *received, comp *completion, log *slog.Logger) {
+func (r *serveRun) complete(q *queue, req *received, comp *completion, log *slog.Logger) {
 	s := r.server
-	comp.svc, comp.req = svc, req
+	comp.queue, comp.req = q, req
 	giveUp := time.Now().Add(comp.ttl)
 	backoff := newBackoff(50*time.Millisecond, time.Second)
 	for {
@@ -476,7 +477,7 @@ func (r *serveRun) complete(svc *serverService, req *received, comp *completion,
 
 // send writes a response to a caller who sent an entry that could not be
 // decoded; there is no state to update.
-func (r *serveRun) send(svc *serverService, entryID, replyTo string, resp *responseEnvelope) {
+func (r *serveRun) send(q *queue, entryID, replyTo string, resp *responseEnvelope) {
 	raw, err := marshalEnvelope(resp)
 	if err != nil {
 		r.server.log.Error("rpr: encode response", "request_id", resp.ID, "error", err)
@@ -490,10 +491,10 @@ func (r *serveRun) send(svc *serverService, entryID, replyTo string, resp *respo
 }
 
 // deadLetter moves an entry to the dead-letter stream with reason.
-func (r *serveRun) deadLetter(svc *serverService, entryID, raw, reason string) {
+func (r *serveRun) deadLetter(q *queue, entryID, raw, reason string) {
 	r.logFailure("dead-letter request entry", entryID, r.runScript(&scriptCall{
 		script: deadLetterScript,
-		keys:   []string{svc.requests, r.server.keys.deadLetters(svc.name)},
+		keys:   []string{q.requests, q.keys.deadLetters()},
 		args:   []any{workersGroup, entryID, raw, reason, InvalidArgument.String(), r.server.opts.WorkerID},
 	}))
 }

@@ -104,9 +104,9 @@ const dlqPage = 500
 
 // Len returns how many dead letters the service has.
 func (q *DeadLetterQueue) Len(ctx context.Context) (int64, error) {
-	n, err := q.rdb.XLen(ctx, q.keys.deadLetters(q.service)).Result()
+	n, err := q.rdb.XLen(ctx, q.keys.shard(q.service, 0).deadLetters()).Result()
 	if err != nil {
-		return 0, fmt.Errorf("rpr: length of %s: %w", q.keys.deadLetters(q.service), err)
+		return 0, fmt.Errorf("rpr: length of %s: %w", q.keys.shard(q.service, 0).deadLetters(), err)
 	}
 	return n, nil
 }
@@ -125,7 +125,7 @@ func (q *DeadLetterQueue) List(ctx context.Context, filter DeadLetterFilter, lim
 // scan calls fn with each dead letter that passes filter, oldest first,
 // until fn returns false.
 func (q *DeadLetterQueue) scan(ctx context.Context, filter DeadLetterFilter, fn func(DeadLetter) bool) error {
-	key := q.keys.deadLetters(q.service)
+	key := q.keys.shard(q.service, 0).deadLetters()
 	now, err := q.rdb.Time(ctx).Result()
 	if err != nil {
 		return fmt.Errorf("rpr: read Redis time: %w", err)
@@ -154,7 +154,7 @@ var ErrNoDeadLetter = errors.New("no such dead letter")
 
 // Get returns one dead letter by its entry id, or by its request id.
 func (q *DeadLetterQueue) Get(ctx context.Context, id string) (DeadLetter, error) {
-	key := q.keys.deadLetters(q.service)
+	key := q.keys.shard(q.service, 0).deadLetters()
 	if _, err := ParseRequestID(id); err != nil {
 		msgs, err := q.rdb.XRangeN(ctx, key, id, id, 1).Result()
 		if err != nil {
@@ -260,7 +260,7 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 		if len(batch) == 0 {
 			return nil
 		}
-		keys := []string{q.keys.deadLetters(q.service), q.keys.requests(q.service)}
+		keys := []string{q.keys.shard(q.service, 0).deadLetters(), q.keys.shard(q.service, 0).requests("")}
 		args := make([]any, 0, 2*len(batch))
 		for _, dl := range batch {
 			env := wireForm(dl.envelope)
@@ -269,7 +269,7 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 			if err != nil {
 				return err
 			}
-			keys = append(keys, q.keys.state(q.service, dl.envelope.Key))
+			keys = append(keys, q.keys.shard(q.service, 0).state(dl.envelope.Key))
 			args = append(args, dl.EntryID, raw)
 		}
 		out, err := replayScript.Run(ctx, q.rdb, keys, args...).StringSlice()
@@ -323,7 +323,7 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 // progress, when not nil, is called after each batch with how many ids
 // have been dealt with.
 func (q *DeadLetterQueue) Drop(ctx context.Context, entryIDs []string, progress func(done int)) (int64, error) {
-	key := q.keys.deadLetters(q.service)
+	key := q.keys.shard(q.service, 0).deadLetters()
 	var dropped int64
 	for start := 0; start < len(entryIDs); start += replayBatch {
 		end := min(start+replayBatch, len(entryIDs))

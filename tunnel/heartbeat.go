@@ -10,23 +10,47 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// heartbeat stamps this worker as live for every service in one round trip.
-func (s *Server) heartbeat(ctx context.Context, services []*serverService) error {
-	info, err := json.Marshal(s.workerInfo())
-	if err != nil {
-		return err
+// heartbeat stamps this worker as live, in one round trip: in each
+// service's workers hash (shard 0's, which clients and `rpr ls` read) and
+// in that of every other shard it reads (where beginScript looks a
+// request's previous worker up).
+func (s *Server) heartbeat(ctx context.Context, services []*serverService, queues []*queue) error {
+	shardsOf := map[string][]int{}
+	for _, q := range queues {
+		shardsOf[q.name] = append(shardsOf[q.name], q.shard)
+	}
+	type beat struct {
+		key  string
+		info []byte
+	}
+	var beats []beat
+	for _, svc := range services {
+		info := s.workerInfo()
+		if shards := shardsOf[svc.name]; len(shards) > 1 || (len(shards) == 1 && shards[0] != 0) {
+			info.Shards = shards
+		}
+		raw, err := json.Marshal(info)
+		if err != nil {
+			return err
+		}
+		beats = append(beats, beat{s.keys.workers(svc.name), raw})
+		for _, shard := range shardsOf[svc.name] {
+			if shard != 0 {
+				beats = append(beats, beat{s.keys.shard(svc.name, shard).workers(), raw})
+			}
+		}
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(services))
+	cmds := make([]*redis.Cmd, len(beats))
 	sentAt := time.Now()
-	for i, svc := range services {
-		cmds[i] = heartbeatScript.EvalSha(ctx, pipe, []string{s.keys.workers(svc.name)}, s.opts.WorkerID, info, pruneAge.Milliseconds())
+	for i, b := range beats {
+		cmds[i] = heartbeatScript.EvalSha(ctx, pipe, []string{b.key}, s.opts.WorkerID, b.info, pruneAge.Milliseconds())
 	}
 	_, _ = pipe.Exec(ctx)
 	received := time.Now()
 	for i, cmd := range cmds {
 		if isNoScript(cmd.Err()) {
-			cmds[i] = heartbeatScript.Eval(ctx, s.rdb, []string{s.keys.workers(services[i].name)}, s.opts.WorkerID, info, pruneAge.Milliseconds())
+			cmds[i] = heartbeatScript.Eval(ctx, s.rdb, []string{beats[i].key}, s.opts.WorkerID, beats[i].info, pruneAge.Milliseconds())
 		}
 		if err := cmds[i].Err(); err != nil {
 			return err
@@ -42,11 +66,11 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService) error
 
 func (s *Server) workerInfo() workerInfo {
 	host, _ := os.Hostname()
-	return workerInfo{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli()}
+	return workerInfo{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane}
 }
 
 // heartbeatLoop beats every heartbeatInterval until stop is closed.
-func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService) {
+func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService, queues *queueSet) {
 	t := time.NewTicker(heartbeatInterval)
 	defer t.Stop()
 	for {
@@ -56,7 +80,7 @@ func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService) 
 		case <-t.C:
 		}
 		beatCtx, cancel := context.WithTimeout(context.Background(), 2*heartbeatInterval)
-		if err := s.heartbeat(beatCtx, services); err != nil {
+		if err := s.heartbeat(beatCtx, services, queues.list()); err != nil {
 			s.log.Warn("rpr: heartbeat failed; clients may see this worker as gone", "error", err)
 		}
 		cancel()
@@ -64,12 +88,19 @@ func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService) 
 }
 
 // removeHeartbeats tells clients at once that this worker is gone.
-func (s *Server) removeHeartbeats(services []*serverService) {
+func (s *Server) removeHeartbeats(services []*serverService, queues []*queue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	pipe := s.rdb.Pipeline()
 	for _, svc := range services {
-		if err := s.rdb.HDel(ctx, s.keys.workers(svc.name), s.opts.WorkerID).Err(); err != nil {
-			s.log.Warn("rpr: remove heartbeat", "service", svc.name, "error", err)
+		pipe.HDel(ctx, s.keys.workers(svc.name), s.opts.WorkerID)
+	}
+	for _, q := range queues {
+		if q.shard != 0 {
+			pipe.HDel(ctx, q.keys.workers(), s.opts.WorkerID)
 		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.log.Warn("rpr: remove heartbeats", "error", err)
 	}
 }

@@ -84,14 +84,14 @@ func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, serv
 		prefix = DefaultPrefix
 	}
 	keys := keyspace{prefix: prefix}
-	requests := keys.requests(service)
+	requests := keys.shard(service, 0).requests("")
 	pipe := rdb.Pipeline()
 	now := pipe.Time(ctx)
 	stream := pipe.XInfoStream(ctx, requests)
 	groups := pipe.XInfoGroups(ctx, requests)
 	pending := pipe.XPending(ctx, requests, workersGroup)
-	dlq := pipe.XLen(ctx, keys.deadLetters(service))
-	retrying := pipe.ZCard(ctx, keys.retries(service))
+	dlq := pipe.XLen(ctx, keys.shard(service, 0).deadLetters())
+	retrying := pipe.ZCard(ctx, keys.shard(service, 0).retries(""))
 	beats := pipe.HGetAll(ctx, keys.workers(service))
 	// Exec reports the first failed command; the commands are judged one
 	// by one below, because a missing stream or group is not a failure.
@@ -133,11 +133,11 @@ func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, serv
 		}
 	}
 	if err := dlq.Err(); err != nil {
-		return fail("XLEN "+keys.deadLetters(service), err)
+		return fail("XLEN "+keys.shard(service, 0).deadLetters(), err)
 	}
 	st.DeadLetters = dlq.Val()
 	if err := retrying.Err(); err != nil {
-		return fail("ZCARD "+keys.retries(service), err)
+		return fail("ZCARD "+keys.shard(service, 0).retries(""), err)
 	}
 	st.Retrying = retrying.Val()
 	if err := beats.Err(); err != nil {

@@ -63,6 +63,9 @@ func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 		}
 	}
 	desc.Async = methodRPR.GetAsync()
+	if desc.Shards, err = ShardsOption(svcRPR.GetShards()); err != nil {
+		return nil, fmt.Errorf("rpr: service %s: (rpr.v1.service).shards %w", desc.Service, err)
+	}
 	if desc.MaxBacklog, err = MaxBacklogOption(svcRPR.GetMaxBacklog()); err != nil {
 		return nil, fmt.Errorf("rpr: %s: (rpr.v1.service).max_backlog %w", full, err)
 	}
@@ -72,6 +75,17 @@ func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 // emptyMessageName is the output type async methods must have: their
 // handlers return only an error.
 const emptyMessageName = "google.protobuf.Empty"
+
+// ShardsOption converts a (rpr.v1.service).shards option to
+// MethodDesc.Shards; 0 stays 0, meaning the Shards options. Shared by
+// protoc-gen-rpr and MethodDescFor. Its errors complete a sentence that
+// starts with the option's name.
+func ShardsOption(n uint32) (int, error) {
+	if n > MaxShards {
+		return 0, fmt.Errorf("of %d is more than %d; every shard costs each server a blocking read, so use fewer (e.g. 3 to 16) or leave it out", n, MaxShards)
+	}
+	return int(n), nil
+}
 
 // MaxBacklogOption converts a (rpr.v1.service).max_backlog option to
 // MethodDesc.MaxBacklog; 0 stays 0, meaning the client's default. Shared by

@@ -14,7 +14,7 @@ func (s *Server) reclaimInterval() time.Duration {
 	return min(max(s.opts.Lease/4, 10*time.Millisecond), time.Second)
 }
 
-// reclaimOnce takes over up to slots request entries of svc that have sat
+// reclaimOnce takes over up to slots request entries of q that have sat
 // unacknowledged in some worker's pending list for longer than a lease,
 // scanning from start; it returns where the next scan begins and how many
 // slots the taken entries hold (the rest stay the caller's).
@@ -25,12 +25,12 @@ func (s *Server) reclaimInterval() time.Duration {
 // they run again. Entries Redis reports as deleted while pending (trimmed
 // or removed before they were acknowledged) are recorded; XAUTOCLAIM drops
 // them from the pending list itself, so the scan never loops on them.
-func (r *serveRun) reclaimOnce(ctx context.Context, svc *serverService, start string, slots int) (next string, used int) {
+func (r *serveRun) reclaimOnce(ctx context.Context, q *queue, start string, slots int) (next string, used int) {
 	s := r.server
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	msgs, next, deleted, err := s.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
-		Stream:   svc.requests,
+		Stream:   q.requests,
 		Group:    workersGroup,
 		Consumer: s.opts.WorkerID,
 		MinIdle:  s.opts.Lease,
@@ -38,16 +38,16 @@ func (r *serveRun) reclaimOnce(ctx context.Context, svc *serverService, start st
 		Count:    int64(slots),
 	}).Result()
 	if err != nil {
-		s.log.Warn("rpr: reclaim scan", "stream", svc.requests, "error", err)
+		s.log.Warn("rpr: reclaim scan", "stream", q.requests, "error", err)
 		return start, 0
 	}
 	for _, id := range deleted {
 		s.stats.deletedWhilePending.Add(1)
-		s.log.Warn("rpr: request entry deleted while pending (trimmed before it was acknowledged); dropped from the pending list", "stream", svc.requests, "entry", id)
+		s.log.Warn("rpr: request entry deleted while pending (trimmed before it was acknowledged); dropped from the pending list", "stream", q.requests, "entry", id)
 	}
 	if len(msgs) > 0 {
-		s.log.Info("rpr: reclaimed request entries idle for longer than a lease", "stream", svc.requests, "count", len(msgs))
-		r.process(ctx, svc, msgs)
+		s.log.Info("rpr: reclaimed request entries idle for longer than a lease", "stream", q.requests, "count", len(msgs))
+		r.process(ctx, q, msgs)
 	}
 	return next, len(msgs)
 }

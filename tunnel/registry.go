@@ -151,7 +151,8 @@ func (k keyspace) serviceOf(key string) (string, bool) {
 		return "", false
 	}
 	name, _, ok := strings.Cut(rest, "}")
-	if !ok || name == "" || strings.ContainsAny(name, "{}") {
+	// "svc#k" is shard k of svc, whose keys the service's own stand for.
+	if !ok || name == "" || strings.ContainsAny(name, "{}#") {
 		return "", false
 	}
 	if k.workers(name) != key && k.schema(name) != key {

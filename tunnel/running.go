@@ -9,7 +9,7 @@ import (
 
 // runningRequest is a request a worker has claimed and not yet completed.
 type runningRequest struct {
-	service *serverService
+	queue   *queue
 	entryID string
 	// state is the request's state hash (named by the idempotency key for
 	// an async request, so not always derivable from the request id).
@@ -57,16 +57,16 @@ func (rs *runningSet) cancel(id string, cause error) bool {
 	return req != nil
 }
 
-// byService returns the running requests grouped by service.
-func (rs *runningSet) byService() map[*serverService]map[string]*runningRequest {
+// byQueue returns the running requests grouped by the queue they came from.
+func (rs *runningSet) byQueue() map[*queue]map[string]*runningRequest {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	out := map[*serverService]map[string]*runningRequest{}
+	out := map[*queue]map[string]*runningRequest{}
 	for id, req := range rs.m {
-		if out[req.service] == nil {
-			out[req.service] = map[string]*runningRequest{}
+		if out[req.queue] == nil {
+			out[req.queue] = map[string]*runningRequest{}
 		}
-		out[req.service][id] = req
+		out[req.queue][id] = req
 	}
 	return out
 }
@@ -127,11 +127,11 @@ func (r *serveRun) extendLeases(stop <-chan struct{}) {
 }
 
 // extendOnce renews every running request's lease, one script call per
-// service, and cancels the handlers of requests this worker lost.
+// queue, and cancels the handlers of requests this worker lost.
 func (r *serveRun) extendOnce(ctx context.Context) {
 	s := r.server
-	for svc, reqs := range r.running.byService() {
-		keys := []string{svc.requests}
+	for q, reqs := range r.running.byQueue() {
+		keys := []string{q.requests}
 		args := []any{workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds()}
 		idOfEntry := make(map[string]string, len(reqs))
 		for id, req := range reqs {
@@ -141,7 +141,7 @@ func (r *serveRun) extendOnce(ctx context.Context) {
 		}
 		lost, err := extendScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 		if err != nil {
-			s.log.Warn("rpr: extend leases; if this goes on for a lease, other workers take the requests over", "service", svc.name, "running", len(reqs), "error", err)
+			s.log.Warn("rpr: extend leases; if this goes on for a lease, other workers take the requests over", "stream", q.requests, "running", len(reqs), "error", err)
 			continue
 		}
 		for _, entry := range lost {

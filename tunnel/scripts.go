@@ -455,7 +455,7 @@ return t
 
 // allScripts lists every script, for preloading.
 var allScripts = []*redis.Script{beginScript, completeScript, extendScript, arbiterScript, replyScript, deadLetterScript, heartbeatScript,
-	enqueueScript, moveDueScript, janitorScript, replayScript, limitScript}
+	enqueueScript, moveDueScript, janitorScript, replayScript, limitScript, raiseShardsScript, moveLaneScript}
 
 // limitScript decides whether one call may go under the rate-limit rules
 // that apply to it (see limiter.go), all at once and on Redis's clock: the
@@ -526,4 +526,81 @@ for k = 1, #KEYS do
   end
 end
 return {1, 0, 0, now}
+`)
+
+// raiseShardsScript records a service's shard count, never lowering it:
+// servers and clients configured for more shards raise it as they start,
+// so that no one sends to a shard nobody reads (lowering is
+// SetShardCount's, which first checks that nothing would be stranded).
+//
+//	KEYS[1] shard count key   ARGV[1] the caller's shard count
+//
+// Returns the count in force afterwards (absent counts as 1).
+var raiseShardsScript = redis.NewScript(`
+local cur = tonumber(redis.call('GET', KEYS[1]) or '1') or 1
+local n = tonumber(ARGV[1])
+if n > cur then
+  redis.call('SET', KEYS[1], n)
+  return n
+end
+return cur
+`)
+
+// moveLaneScript moves up to ARGV[2] queued requests of one lane to
+// another lane of the same shard, as one step each: the entries no worker
+// has taken yet (and, with ARGV[3] = 1, those taken by workers that are
+// gone, which the target lane's workers then treat like reclaimed ones:
+// the state hash decides whether they run again), then the lane's retry
+// set. An entry is never in both lanes, nor in neither.
+//
+//	KEYS[1] source request stream   KEYS[2] target request stream
+//	KEYS[3] source retry set        KEYS[4] target retry set
+//	ARGV[1] consumer group   ARGV[2] most entries to move
+//	ARGV[3] 1: move delivered-but-unacknowledged entries too
+//
+// Returns {moved stream entries, moved retry entries, entries left}.
+var moveLaneScript = redis.NewScript(`
+local src, dst, group = KEYS[1], KEYS[2], ARGV[1]
+local budget = tonumber(ARGV[2])
+local moved, movedRetries = 0, 0
+local delivered = '0-0'
+local pending = {}
+if redis.call('EXISTS', src) == 1 then
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', src)) do
+    local info = {}
+    for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    if info['name'] == group then
+      delivered = info['last-delivered-id']
+      if ARGV[3] == '1' and info['pending'] > 0 then
+        for _, p in ipairs(redis.call('XPENDING', src, group, '-', '+', budget)) do
+          pending[#pending + 1] = p[1]
+        end
+      end
+    end
+  end
+  local function move(entry)
+    redis.call('XADD', dst, '*', unpack(entry[2]))
+    redis.call('XACK', src, group, entry[1])
+    redis.call('XDEL', src, entry[1])
+    moved = moved + 1
+  end
+  for _, id in ipairs(pending) do
+    for _, entry in ipairs(redis.call('XRANGE', src, id, id)) do move(entry) end
+    if moved >= budget then break end
+  end
+  if moved < budget then
+    for _, entry in ipairs(redis.call('XRANGE', src, '(' .. delivered, '+', 'COUNT', budget - moved)) do
+      move(entry)
+    end
+  end
+end
+if moved < budget then
+  local due = redis.call('ZRANGE', KEYS[3], 0, budget - moved - 1, 'WITHSCORES')
+  for i = 1, #due, 2 do
+    redis.call('ZADD', KEYS[4], due[i + 1], due[i])
+    redis.call('ZREM', KEYS[3], due[i])
+    movedRetries = movedRetries + 1
+  end
+end
+return {moved, movedRetries, redis.call('XLEN', src) + redis.call('ZCARD', KEYS[3])}
 `)

@@ -78,6 +78,19 @@ type ServerOptions struct {
 	// and delayed requests to the queue (default 250ms): a delayed request
 	// runs no earlier than asked and usually within this of it.
 	RetryPollInterval time.Duration
+	// Lane is the lane this server serves (default DefaultLane): it reads
+	// only the requests that the services' routing tables send to this
+	// lane (see RouteTable and `rpr routes`), e.g. "v2" for a new version
+	// taking a slice of the traffic. See ValidateLane for the names.
+	Lane string
+	// Shards sets, by service name, how many shards a service has when its
+	// proto sets no (rpr.v1.service).shards; see shards.go for how the
+	// count in force is agreed.
+	Shards map[string]int
+	// OnlyShards, when set, makes the server read only these shards of
+	// each sharded service (e.g. []int{0, 1}), so that shards can be
+	// assigned to groups of servers. Default: every shard.
+	OnlyShards []int
 }
 
 // deadAfter is how long a worker may stay silent (no heartbeat) before
@@ -135,20 +148,16 @@ type Server struct {
 
 // serverService is a registered service.
 type serverService struct {
-	name     string
-	impl     any
-	methods  map[string]*MethodDesc
-	requests string // request stream key
-	keys     keyspace
+	name    string
+	impl    any
+	methods map[string]*MethodDesc
+	// shards is the service's configured shard count (the proto option,
+	// else ServerOptions.Shards, else 1); the count in force may be higher.
+	shards int
 	// maxBacklog is the service's cap from its proto option, else
 	// DefaultMaxBacklog (clients may set another default; this is what the
 	// rpr.queue.capacity gauge reports).
 	maxBacklog int64
-}
-
-// stateKey is the state hash of one of the service's requests.
-func (svc *serverService) stateKey(requestID string) string {
-	return svc.keys.state(svc.name, requestID)
 }
 
 // NewServer returns a Server that serves through rdb. rdb stays the
@@ -188,6 +197,24 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	}
 	if opts.RetryPollInterval <= 0 {
 		opts.RetryPollInterval = 250 * time.Millisecond
+	}
+	if opts.Lane == DefaultLane {
+		opts.Lane = ""
+	}
+	if opts.Lane != "" {
+		if err := ValidateLane(opts.Lane); err != nil {
+			return nil, fmt.Errorf("rpr: ServerOptions.Lane: %w", err)
+		}
+	}
+	for name, n := range opts.Shards {
+		if err := validShards(n); err != nil {
+			return nil, fmt.Errorf("rpr: ServerOptions.Shards[%q]: %w", name, err)
+		}
+	}
+	for _, shard := range opts.OnlyShards {
+		if shard < 0 || shard >= MaxShards {
+			return nil, fmt.Errorf("rpr: ServerOptions.OnlyShards: shard %d: want 0 to %d", shard, MaxShards-1)
+		}
 	}
 	return &Server{
 		rdb:         rdb,
@@ -236,17 +263,22 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 		panic(fmt.Sprintf("rpr: RegisterService(%s): service registered twice", desc.ServiceName))
 	}
 	svc := &serverService{
-		name:     desc.ServiceName,
-		impl:     impl,
-		methods:  make(map[string]*MethodDesc, len(desc.Methods)),
-		requests: s.keys.requests(desc.ServiceName),
-		keys:     s.keys,
+		name:    desc.ServiceName,
+		impl:    impl,
+		methods: make(map[string]*MethodDesc, len(desc.Methods)),
+		shards:  1,
+	}
+	if n := s.opts.Shards[desc.ServiceName]; n > 0 {
+		svc.shards = n
 	}
 	svc.maxBacklog = DefaultMaxBacklog
 	for i := range desc.Methods {
 		svc.methods[desc.Methods[i].Name] = &desc.Methods[i]
 		if desc.Methods[i].MaxBacklog > 0 {
 			svc.maxBacklog = desc.Methods[i].MaxBacklog
+		}
+		if desc.Methods[i].Shards > 0 {
+			svc.shards = desc.Methods[i].Shards
 		}
 	}
 	s.services[desc.ServiceName] = svc
@@ -274,10 +306,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		return errors.New("rpr: Serve: no services registered (call a generated Register function first)")
 	}
 
-	if err := checkPool(s.rdb, len(services), "Serve"); err != nil {
-		return err
-	}
-	if err := s.prepare(ctx, services); err != nil {
+	queues, err := s.prepare(ctx, services)
+	if err != nil {
 		if ctx.Err() != nil {
 			// Asked to stop while starting: nothing ran, nothing to report.
 			s.log.Info("rpr: stopped before serving")
@@ -325,6 +355,7 @@ func (s *Server) Serve(ctx context.Context) error {
 
 	run := &serveRun{
 		server:      s,
+		queues:      &queueSet{},
 		slots:       make(chan struct{}, s.opts.Concurrency),
 		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency, nil),
 		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Concurrency, metrics.batchObserver("complete")),
@@ -336,49 +367,62 @@ func (s *Server) Serve(ctx context.Context) error {
 	// cancellation) stop once the last handler has finished.
 	var takers, helpers sync.WaitGroup
 	handlersDone := make(chan struct{})
-	for _, svc := range services {
-		takers.Go(func() { run.readRequests(ctx, svc) })
-		takers.Go(func() { run.moveDue(ctx, svc) })
-		takers.Go(func() { run.tidy(ctx, svc) })
-		s.log.Info("rpr: serving "+svc.name, "stream", svc.requests, "concurrency", s.opts.Concurrency, "lease", s.opts.Lease)
+	for _, q := range queues {
+		run.serveQueue(ctx, q)
 	}
-	helpers.Go(func() { s.heartbeatLoop(handlersDone, services) })
+	takers.Go(func() { run.watchShards(ctx, services) })
+	helpers.Go(func() { s.heartbeatLoop(handlersDone, services, run.queues) })
 	helpers.Go(func() { run.extendLeases(handlersDone) })
 	helpers.Go(func() { run.watchCancellations(handlersDone, services) })
 
 	<-ctx.Done()
 	s.log.Info("rpr: shutting down: no new requests; finishing those in flight")
 	takers.Wait()
+	run.queues.stop()
 	run.handlers.Wait()
 	close(handlersDone)
 	helpers.Wait()
 	run.completions.close()
 	run.completer.close()
-	s.removeHeartbeats(services)
+	s.removeHeartbeats(services, run.queues.list())
 	s.log.Info("rpr: stopped")
 	return nil
 }
 
-// prepare creates the consumer groups, loads the scripts and announces the
-// worker, so clients see it before Serve reads anything.
-func (s *Server) prepare(ctx context.Context, services []*serverService) error {
-	for _, svc := range services {
-		// "0": a new group delivers what is already queued; nothing is lost.
-		err := s.rdb.XGroupCreateMkStream(ctx, svc.requests, workersGroup, "0").Err()
-		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			return fmt.Errorf("rpr: create consumer group %s on %s: %w", workersGroup, svc.requests, err)
-		}
-	}
+// prepare agrees on each service's shard count, creates the consumer
+// groups, loads the scripts and announces the worker, so clients see it
+// before Serve reads anything. It returns the queues to read.
+func (s *Server) prepare(ctx context.Context, services []*serverService) ([]*queue, error) {
 	for _, script := range allScripts {
 		if err := script.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("rpr: load Lua scripts: %w", err)
+			return nil, fmt.Errorf("rpr: load Lua scripts: %w", err)
 		}
 	}
-	s.publishSchemas(ctx, services) // before the first beat: a live worker's schema is there
-	if err := s.heartbeat(ctx, services); err != nil {
-		return fmt.Errorf("rpr: first heartbeat: %w", err)
+	var queues []*queue
+	for _, svc := range services {
+		count, err := raiseShards(ctx, s.rdb, s.keys, svc.name, svc.shards)
+		if err != nil {
+			return nil, fmt.Errorf("rpr: %w", err)
+		}
+		if count != svc.shards {
+			s.log.Info("rpr: the service has more shards recorded in Redis than configured here; reading them all", "service", svc.name, "configured", svc.shards, "recorded", count)
+		}
+		for _, shard := range s.shardsToRead(count) {
+			q := s.newQueue(svc, shard)
+			if err := s.openQueue(ctx, q); err != nil {
+				return nil, err
+			}
+			queues = append(queues, q)
+		}
 	}
-	return nil
+	if err := checkPool(s.rdb, len(queues), "Serve"); err != nil {
+		return nil, err
+	}
+	s.publishSchemas(ctx, services) // before the first beat: a live worker's schema is there
+	if err := s.heartbeat(ctx, services, queues); err != nil {
+		return nil, fmt.Errorf("rpr: first heartbeat: %w", err)
+	}
+	return queues, nil
 }
 
 type requestIDKey struct{}

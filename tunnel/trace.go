@@ -110,13 +110,13 @@ func TraceRequest(ctx context.Context, rdb redis.UniversalClient, prefix, servic
 
 // traceIn fills tr when service knows request id.
 func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service, id string, tr *RequestTrace) error {
-	stateKey := keys.state(service, id)
+	stateKey := keys.shard(service, 0).state(id)
 	pipe := rdb.Pipeline()
 	state := pipe.HGetAll(ctx, stateKey)
 	ttl := pipe.PTTL(ctx, stateKey)
-	dlq := pipe.XRevRangeN(ctx, keys.deadLetters(service), "+", "-", deadLetterScan)
-	queued := pipe.XRangeN(ctx, keys.requests(service), "-", "+", deadLetterScan)
-	retrying := pipe.ZRangeWithScores(ctx, keys.retries(service), 0, deadLetterScan-1)
+	dlq := pipe.XRevRangeN(ctx, keys.shard(service, 0).deadLetters(), "+", "-", deadLetterScan)
+	queued := pipe.XRangeN(ctx, keys.shard(service, 0).requests(""), "-", "+", deadLetterScan)
+	retrying := pipe.ZRangeWithScores(ctx, keys.shard(service, 0).retries(""), 0, deadLetterScan-1)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
 	}
@@ -161,7 +161,7 @@ func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 	}
 	st := state.Val()
 	if tr.Key != "" && tr.Key != id {
-		stateKey = keys.state(service, tr.Key)
+		stateKey = keys.shard(service, 0).state(tr.Key)
 		pipe := rdb.Pipeline()
 		state, ttl = pipe.HGetAll(ctx, stateKey), pipe.PTTL(ctx, stateKey)
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

@@ -12,6 +12,18 @@ type workerInfo struct {
 	PID        int    `json:"pid"`
 	Started    int64  `json:"started_ms"`
 	BeatMillis int64  `json:"beat_ms,omitempty"`
+	// Lane is the lane the worker serves; "" is the default lane.
+	Lane string `json:"lane,omitempty"`
+	// Shards lists the shards it reads, when the service has more than one.
+	Shards []int `json:"shards,omitempty"`
+}
+
+// laneOf returns the worker's lane by name.
+func (w workerInfo) laneOf() string {
+	if w.Lane == "" {
+		return DefaultLane
+	}
+	return w.Lane
 }
 
 const (
@@ -31,13 +43,22 @@ const (
 // applies the same rule.)
 func countLiveWorkers(hash map[string]string, redisNowMillis int64) int {
 	live := 0
+	for _, n := range liveWorkersByLane(hash, redisNowMillis) {
+		live += n
+	}
+	return live
+}
+
+// liveWorkersByLane counts live workers (as countLiveWorkers) per lane.
+func liveWorkersByLane(hash map[string]string, redisNowMillis int64) map[string]int {
+	live := map[string]int{}
 	for _, raw := range hash {
 		var w workerInfo
 		if json.Unmarshal([]byte(raw), &w) != nil {
 			continue
 		}
 		if redisNowMillis-w.BeatMillis <= liveWindow.Milliseconds() {
-			live++
+			live[w.laneOf()]++
 		}
 	}
 	return live

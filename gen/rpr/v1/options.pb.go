@@ -43,7 +43,15 @@ type ServiceOptions struct {
 	// the backlog reaches ClientOptions.BacklogWatermark (85% by default) of
 	// it, so a stalled consumer side cannot fill Redis. 0 means the client's
 	// default (ClientOptions.MaxBacklog, 100,000).
-	MaxBacklog    uint64 `protobuf:"varint,3,opt,name=max_backlog,json=maxBacklog,proto3" json:"max_backlog,omitempty"`
+	MaxBacklog uint64 `protobuf:"varint,3,opt,name=max_backlog,json=maxBacklog,proto3" json:"max_backlog,omitempty"`
+	// Number of hash tags the service's queues are spread over ({S} and
+	// {S#1} ... {S#N-1}), so that a Redis Cluster spreads its load over its
+	// masters; 1 to 64. Each shard costs every server one blocking read and
+	// every client one response stream. Raising it takes effect as the first
+	// server or client built with the new value starts; lowering it is done
+	// with `rpr shards set`, which refuses while the shards that would go
+	// still hold requests. 0 means the Shards options, else 1.
+	Shards        uint32 `protobuf:"varint,4,opt,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -95,6 +103,13 @@ func (x *ServiceOptions) GetBizCode() string {
 func (x *ServiceOptions) GetMaxBacklog() uint64 {
 	if x != nil {
 		return x.MaxBacklog
+	}
+	return 0
+}
+
+func (x *ServiceOptions) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
 	}
 	return 0
 }
@@ -303,12 +318,13 @@ var File_rpr_v1_options_proto protoreflect.FileDescriptor
 
 const file_rpr_v1_options_proto_rawDesc = "" +
 	"\n" +
-	"\x14rpr/v1/options.proto\x12\x06rpr.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\x81\x01\n" +
+	"\x14rpr/v1/options.proto\x12\x06rpr.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\x99\x01\n" +
 	"\x0eServiceOptions\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
 	"\bbiz_code\x18\x02 \x01(\tR\abizCode\x12\x1f\n" +
 	"\vmax_backlog\x18\x03 \x01(\x04R\n" +
-	"maxBacklog\"\x85\x01\n" +
+	"maxBacklog\x12\x16\n" +
+	"\x06shards\x18\x04 \x01(\rR\x06shards\"\x85\x01\n" +
 	"\rMethodOptions\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x14\n" +
 	"\x05async\x18\x02 \x01(\bR\x05async\x12)\n" +

@@ -114,8 +114,8 @@ func TestServiceDesc(t *testing.T) {
 	for i, w := range want {
 		m := desc.Methods[i]
 		if m.Name != w.name || m.FullMethod() != w.fullMethod || m.Timeout != w.timeout ||
-			m.Idempotent != w.idempotent || m.Async != w.async || m.BizCode != "ORD1" || m.MaxBacklog != 5000 || m.Handler == nil {
-			t.Errorf("method %d = %+v, want %+v with BizCode ORD1 and MaxBacklog 5000", i, m, w)
+			m.Idempotent != w.idempotent || m.Async != w.async || m.BizCode != "ORD1" || m.MaxBacklog != 5000 || m.Shards != 3 || m.Handler == nil {
+			t.Errorf("method %d = %+v, want %+v with BizCode ORD1, MaxBacklog 5000 and Shards 3", i, m, w)
 		}
 	}
 	if r := desc.Methods[7].Retry; r == nil || r.MaxAttempts != 10 || r.InitialBackoff != 2*time.Second {
@@ -123,7 +123,7 @@ func TestServiceDesc(t *testing.T) {
 	}
 
 	legacy := basicv1.LegacyOrders_ServiceDesc.Methods[0]
-	if legacy.Timeout != 0 || legacy.BizCode != "" || legacy.Idempotent || legacy.Async || legacy.MaxBacklog != 0 {
+	if legacy.Timeout != 0 || legacy.BizCode != "" || legacy.Idempotent || legacy.Async || legacy.MaxBacklog != 0 || legacy.Shards != 0 {
 		t.Errorf("LegacyOrders.GetOrder = %+v, want no defaults", legacy)
 	}
 

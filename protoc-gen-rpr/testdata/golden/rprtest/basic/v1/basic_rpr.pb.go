@@ -467,6 +467,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Idempotent: true,
 			BizCode:    "ORD1",
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_GetOrder_Handler,
 		},
 		{
@@ -483,6 +484,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			},
 			BizCode:    "ORD1",
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_CancelOrder_Handler,
 		},
 		{
@@ -492,6 +494,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Retry:      &tunnel.RetryPolicy{},
 			BizCode:    "ORD1",
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_Ping_Handler,
 		},
 		{
@@ -500,6 +503,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Timeout:    2 * time.Minute,
 			BizCode:    "ORD1",
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_Charge_Handler,
 		},
 		{
@@ -508,6 +512,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Timeout:    time.Hour,
 			BizCode:    "ORD1",
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_OldLookup_Handler,
 		},
 		{
@@ -516,6 +521,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Timeout:    250 * time.Microsecond,
 			BizCode:    "ORD1",
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_Quick_Handler,
 		},
 		{
@@ -524,6 +530,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Timeout:    30 * time.Second,
 			BizCode:    "ORD1",
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_ZeroTimeout_Handler,
 		},
 		{
@@ -538,6 +545,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			BizCode:    "ORD1",
 			Async:      true,
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_ShipOrder_Handler,
 		},
 		{
@@ -547,6 +555,7 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			BizCode:    "ORD1",
 			Async:      true,
 			MaxBacklog: 5000,
+			Shards:     3,
 			Handler:    _Orders_OldNotify_Handler,
 		},
 	},

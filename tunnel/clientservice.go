@@ -1,0 +1,404 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clientService is what a Client keeps per service it calls: which workers
+// were live in which lane, how long the queues were at the last look, the
+// routing table, the shard count, and, once it makes unary calls, a
+// response stream per shard with the calls waiting on them.
+type clientService struct {
+	name string
+	// configuredShards is the shard count this client was built for (the
+	// proto option or ClientOptions.Shards); the recorded count wins.
+	configuredShards int
+
+	ready chan struct{} // closed when setup finished; then err is set
+	err   error
+
+	liveByLane atomic.Pointer[map[string]int] // live workers per lane
+	limits     atomic.Pointer[limitRules]     // rate-limit rules, refreshed with the rest
+	backlog    backlog
+	routes     clientRoutes
+	shards     shardPicker
+	kick       chan struct{} // asks the watcher for a refresh now
+
+	respMu    sync.Mutex        // serializes opening response streams
+	responses []*responseStream // by shard; nil until a unary call needs it
+
+	mu      sync.Mutex
+	waiting map[string]chan callResult
+}
+
+// responseStream is a client's response stream in one shard of a service,
+// with the one reader that blocks on it.
+type responseStream struct {
+	key      string
+	lastRead atomic.Value // string: id of the last response read
+}
+
+// liveWorkers returns how many workers serve lane (all lanes for "").
+func (s *clientService) liveWorkers(lane string) int {
+	m := s.liveByLane.Load()
+	if m == nil {
+		return 0
+	}
+	if lane == "" {
+		n := 0
+		for _, v := range *m {
+			n += v
+		}
+		return n
+	}
+	return (*m)[lane]
+}
+
+// responseStreams returns the response streams opened so far.
+func (s *clientService) responseStreams() []*responseStream {
+	s.respMu.Lock()
+	defer s.respMu.Unlock()
+	var out []*responseStream
+	for _, rs := range s.responses {
+		if rs != nil {
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// service returns the state of a service, setting it up on first use: the
+// first call to a service reads its state and starts its watcher. Setup
+// failures are not remembered, so a later call tries again.
+func (c *Client) service(ctx context.Context, name string, configuredShards int) (*clientService, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, notExecutedf(Canceled, "%s: client closed", name)
+	}
+	s, ok := c.services[name]
+	if !ok {
+		if n := c.opts.Shards[name]; configuredShards <= 0 && n > 0 {
+			configuredShards = n
+		}
+		s = &clientService{
+			name:             name,
+			configuredShards: max(configuredShards, 1),
+			ready:            make(chan struct{}),
+			kick:             make(chan struct{}, 1),
+			waiting:          map[string]chan callResult{},
+		}
+		s.shards.count.Store(int32(s.configuredShards))
+		c.services[name] = s
+		c.wg.Add(1)
+		go c.startService(s)
+	}
+	c.mu.Unlock()
+
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, notExecutedf(DeadlineExceeded, "%s: deadline exceeded while connecting to the service's streams; nothing was sent", name)
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// startService reads s's state and, when that works, runs its watcher.
+func (c *Client) startService(s *clientService) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	err := c.setUp(ctx, s)
+	cancel()
+	if err != nil {
+		s.err = notExecutedf(Unavailable, "%s: cannot reach Redis to set up calls to the service: %v", s.name, err)
+		c.mu.Lock()
+		delete(c.services, s.name)
+		c.mu.Unlock()
+		close(s.ready)
+		return
+	}
+	close(s.ready)
+	c.routeChanges.watch(c.keys.routesChanged(s.name), s.kick)
+	c.wg.Add(1)
+	go c.watch(s)
+}
+
+// setUp records a sharded service's shard count (see shards.go) and reads
+// the service's state.
+func (c *Client) setUp(ctx context.Context, s *clientService) error {
+	if s.configuredShards > 1 {
+		if _, err := raiseShards(ctx, c.rdb, c.keys, s.name, s.configuredShards); err != nil {
+			return err
+		}
+	}
+	return c.refresh(ctx, s)
+}
+
+// openResponses creates s's response stream in shard and starts its
+// reader, once: only unary calls need them, so a client that only enqueues
+// async requests keeps no stream and no blocked reader.
+func (c *Client) openResponses(ctx context.Context, s *clientService, shard int) (*responseStream, error) {
+	s.respMu.Lock()
+	defer s.respMu.Unlock()
+	if shard < len(s.responses) && s.responses[shard] != nil {
+		return s.responses[shard], nil
+	}
+	c.mu.Lock()
+	err := checkPool(c.rdb, c.blockingReads+1, "this Client")
+	c.mu.Unlock()
+	if err != nil {
+		return nil, notExecutedf(ResourceExhausted, "%s: %v", s.name, err)
+	}
+	rs := &responseStream{key: c.keys.shard(s.name, shard).responses(c.opts.ID)}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.createResponseStream(ctx, rs); err != nil {
+		return nil, notExecutedf(Unavailable, "%s: set up response stream: %v", s.name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, notExecutedf(Canceled, "%s: client closed", s.name)
+	}
+	for len(s.responses) <= shard {
+		s.responses = append(s.responses, nil)
+	}
+	s.responses[shard] = rs
+	c.blockingReads++
+	c.wg.Add(1)
+	go c.readResponses(s, rs)
+	return rs, nil
+}
+
+// createResponseStream makes the response stream and its group (both may
+// exist already after a reconnect) and sets its expiry.
+func (c *Client) createResponseStream(ctx context.Context, rs *responseStream) error {
+	err := c.rdb.XGroupCreateMkStream(ctx, rs.key, responseGroup, "$").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("create %s: %w", rs.key, err)
+	}
+	if err := c.rdb.PExpire(ctx, rs.key, responseStreamTTL).Err(); err != nil {
+		return fmt.Errorf("set expiry of %s: %w", rs.key, err)
+	}
+	return nil
+}
+
+// refresh reads, in one round trip, Redis's clock, the service's worker
+// heartbeats, routing table, shard count and rate limits, and its backlog
+// (every lane the table names, every shard); and it extends the life of
+// the client's response streams and trims the responses already read. It
+// recreates a response stream that disappeared (Redis restarted or evicted
+// it).
+func (c *Client) refresh(ctx context.Context, s *clientService) error {
+	pipe := c.rdb.Pipeline()
+	sentAt := time.Now()
+	timeCmd := pipe.Time(ctx)
+	workers := pipe.HGetAll(ctx, c.keys.workers(s.name))
+	routes := pipe.HGetAll(ctx, c.keys.routes(s.name))
+	count := pipe.Get(ctx, c.keys.shardCount(s.name))
+	limits := pipe.HGetAll(ctx, c.keys.limits(s.name)) // rate limits (limiter.go)
+	lanes := append([]string{DefaultLane}, s.routes.lanes()...)
+	var queued []*redis.IntCmd
+	for shard := range int(s.shards.count.Load()) {
+		sk := c.keys.shard(s.name, shard)
+		for _, lane := range lanes {
+			queued = append(queued, pipe.XLen(ctx, sk.requests(lane)), pipe.ZCard(ctx, sk.retries(lane)))
+		}
+	}
+	streams := s.responseStreams()
+	expires := make([]*redis.BoolCmd, len(streams))
+	for i, rs := range streams {
+		expires[i] = pipe.PExpire(ctx, rs.key, responseStreamTTL)
+		if last, _ := rs.lastRead.Load().(string); last != "" {
+			pipe.XTrimMinID(ctx, rs.key, last)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // each command is judged below
+	for _, cmd := range []redis.Cmder{timeCmd, workers} {
+		if err := cmd.Err(); err != nil {
+			return err
+		}
+	}
+	redisNow := timeCmd.Val()
+	c.clock.observe(redisNow, sentAt, time.Now())
+	live := liveWorkersByLane(workers.Val(), redisNow.UnixMilli())
+	s.liveByLane.Store(&live)
+	var size int64
+	for _, cmd := range queued {
+		size += cmd.Val() // a missing key (or a failed read) counts as empty
+	}
+	s.backlog.observe(size, sentAt)
+	c.observeShards(s, count)
+	if err := routes.Err(); err != nil {
+		c.log.Warn("rpr: read routing table; keeping the last one read", "key", c.keys.routes(s.name), "error", err)
+	} else if errs := s.routes.observe(s.name, routes.Val()); len(errs) > 0 {
+		c.log.Warn("rpr: routing table has entries that do not decode; they are ignored", "service", s.name, "error", errors.Join(errs...))
+	}
+	if err := limits.Err(); err != nil {
+		// A broken limits key (say, set by hand to another type) must not
+		// stop liveness and backlog from being refreshed: keep the last
+		// rules and say what is wrong.
+		c.log.Warn("rpr: read rate limits; keeping the last ones read", "key", c.keys.limits(s.name), "error", err)
+	} else {
+		c.observeLimits(s, limits.Val())
+	}
+	for i, rs := range streams {
+		if expires[i].Err() == nil && !expires[i].Val() {
+			if err := c.createResponseStream(ctx, rs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// observeShards follows the service's recorded shard count (GET's reply):
+// the recorded count wins over this client's, which only matters while
+// none is recorded.
+func (c *Client) observeShards(s *clientService, count *redis.StringCmd) {
+	raw, err := count.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return // none recorded: keep the configured count
+	case err != nil:
+		return // unreachable: keep the last count
+	}
+	n := parseShardCount(raw, nil)
+	if old := s.shards.count.Swap(int32(n)); int(old) != n {
+		c.log.Info("rpr: following the service's shard count recorded in Redis", "service", s.name, "shards", n, "was", old)
+	}
+}
+
+// watch refreshes s every heartbeatInterval, and at once when its routing
+// table changes, until the client closes.
+func (c *Client) watch(s *clientService) {
+	defer c.wg.Done()
+	t := time.NewTicker(heartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, heartbeatInterval*3)
+		if err := c.refresh(ctx, s); err != nil && c.ctx.Err() == nil {
+			c.log.Warn("rpr: refresh service state", "service", s.name, "error", err)
+		}
+		cancel()
+	}
+}
+
+// readResponses is the one reader of one of s's response streams: it
+// blocks on the stream and hands each response to its waiting call.
+func (c *Client) readResponses(s *clientService, rs *responseStream) {
+	defer c.wg.Done()
+	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	for c.ctx.Err() == nil {
+		streams, err := c.rdb.XReadGroup(c.ctx, &redis.XReadGroupArgs{
+			Group:    responseGroup,
+			Consumer: c.opts.ID,
+			Streams:  []string{rs.key, ">"},
+			Count:    256,
+			Block:    5 * time.Second,
+			NoAck:    true,
+		}).Result()
+		switch {
+		case err == nil:
+			backoff.reset()
+		case errors.Is(err, redis.Nil):
+			continue // nothing within the block time
+		case c.ctx.Err() != nil:
+			return
+		default:
+			c.log.Warn("rpr: read response stream", "stream", rs.key, "error", err)
+			if isMissingStream(err) {
+				ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+				if err := c.createResponseStream(ctx, rs); err != nil {
+					c.log.Warn("rpr: recreate response stream", "stream", rs.key, "error", err)
+				}
+				cancel()
+			}
+			backoff.wait(c.ctx)
+			continue
+		}
+		var last string
+		for _, stream := range streams {
+			for _, msg := range stream.Messages {
+				c.deliver(s, rs, msg)
+				last = msg.ID
+			}
+		}
+		if last != "" {
+			rs.lastRead.Store(last) // trimmed up to here by the next refresh
+		}
+	}
+}
+
+// deliver decodes one response and hands it to the call waiting for it.
+func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessage) {
+	raw, _ := msg.Values[envelopeField].(string)
+	resp, err := decodeResponse([]byte(raw))
+	if err != nil {
+		id, _ := peekReplyAddress([]byte(raw))
+		c.log.Error("rpr: undecodable response", "stream", rs.key, "entry", msg.ID, "request_id", id, "error", err)
+		if id != "" {
+			s.complete(id, callResult{err: Errorf(Internal, "%s [%s]: undecodable response from the server: %v", s.name, id, err)})
+		}
+		return
+	}
+	if !s.complete(resp.ID, callResult{resp: resp}) {
+		c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
+	}
+}
+
+// expect registers a call waiting for the response to id.
+func (s *clientService) expect(id string) <-chan callResult {
+	ch := make(chan callResult, 1)
+	s.mu.Lock()
+	s.waiting[id] = ch
+	s.mu.Unlock()
+	return ch
+}
+
+// forget drops a waiting call.
+func (s *clientService) forget(id string) {
+	s.mu.Lock()
+	delete(s.waiting, id)
+	s.mu.Unlock()
+}
+
+// complete hands res to the call waiting for id; false if none waits.
+func (s *clientService) complete(id string, res callResult) bool {
+	s.mu.Lock()
+	ch, ok := s.waiting[id]
+	delete(s.waiting, id)
+	s.mu.Unlock()
+	if ok {
+		ch <- res // buffered, and only one result per id
+	}
+	return ok
+}
+
+// failAll ends every waiting call with err.
+func (s *clientService) failAll(err error) {
+	s.mu.Lock()
+	waiting := s.waiting
+	s.waiting = map[string]chan callResult{}
+	s.mu.Unlock()
+	for _, ch := range waiting {
+		ch <- callResult{err: err}
+	}
+}

@@ -1,0 +1,168 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// queue is one request stream a server reads: its lane of one shard of a
+// service. Each queue has its own reader, retry mover and janitor, and
+// every script run for its requests touches only its shard's keys.
+type queue struct {
+	*serverService
+	shard    int
+	keys     shardKeys
+	requests string // the lane's request stream
+	retries  string // the lane's retry set
+}
+
+// stateKey is the state hash of one of the queue's requests.
+func (q *queue) stateKey(requestID string) string { return q.keys.state(requestID) }
+
+// newQueue returns the queue of svc's shard in the server's lane.
+func (s *Server) newQueue(svc *serverService, shard int) *queue {
+	keys := s.keys.shard(svc.name, shard)
+	return &queue{
+		serverService: svc,
+		shard:         shard,
+		keys:          keys,
+		requests:      keys.requests(s.opts.Lane),
+		retries:       keys.retries(s.opts.Lane),
+	}
+}
+
+// queueSet is the queues a Serve call reads. It grows while serving, when
+// a service's recorded shard count rises, and stops as a whole.
+type queueSet struct {
+	mu      sync.Mutex
+	stopped bool
+	queues  []*queue
+	workers sync.WaitGroup // every queue's goroutines
+}
+
+// add starts run for q unless the set has stopped; false when it has.
+func (qs *queueSet) add(q *queue, run ...func()) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.stopped {
+		return false
+	}
+	qs.queues = append(qs.queues, q)
+	for _, f := range run {
+		qs.workers.Go(f)
+	}
+	return true
+}
+
+// has reports whether the set reads shard of service.
+func (qs *queueSet) has(service string, shard int) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return slices.ContainsFunc(qs.queues, func(q *queue) bool { return q.name == service && q.shard == shard })
+}
+
+// list returns the queues read now.
+func (qs *queueSet) list() []*queue {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return slices.Clone(qs.queues)
+}
+
+// stop lets no queue start and waits for the goroutines of those started
+// (they end when the Serve context does).
+func (qs *queueSet) stop() {
+	qs.mu.Lock()
+	qs.stopped = true
+	qs.mu.Unlock()
+	qs.workers.Wait()
+}
+
+// shardsToRead returns the shards of a service with count shards that
+// this server reads: all, or those of ServerOptions.OnlyShards.
+func (s *Server) shardsToRead(count int) []int {
+	var out []int
+	for shard := range count {
+		if len(s.opts.OnlyShards) == 0 || slices.Contains(s.opts.OnlyShards, shard) {
+			out = append(out, shard)
+		}
+	}
+	return out
+}
+
+// openQueue makes sure q's stream and consumer group exist.
+func (s *Server) openQueue(ctx context.Context, q *queue) error {
+	// "0": a new group delivers what is already queued; nothing is lost.
+	err := s.rdb.XGroupCreateMkStream(ctx, q.requests, workersGroup, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("rpr: create consumer group %s on %s: %w", workersGroup, q.requests, err)
+	}
+	return nil
+}
+
+// serveQueue starts reading q, with its retry mover and janitor.
+func (r *serveRun) serveQueue(ctx context.Context, q *queue) bool {
+	s := r.server
+	started := r.queues.add(q,
+		func() { r.readRequests(ctx, q) },
+		func() { r.moveDue(ctx, q) },
+		func() { r.tidy(ctx, q) })
+	if started {
+		s.log.Info("rpr: serving "+q.name, "stream", q.requests, "shard", q.shard, "lane", laneName0(s.opts.Lane), "concurrency", s.opts.Concurrency, "lease", s.opts.Lease)
+	}
+	return started
+}
+
+// laneName0 names a lane for logs: "" is the default lane.
+func laneName0(lane string) string {
+	if lane == "" {
+		return DefaultLane
+	}
+	return lane
+}
+
+// watchShards follows the recorded shard counts of the served services
+// every heartbeatInterval until ctx ends, and starts reading the shards
+// that a raise added. (Shards are never given up while serving: requests
+// a client sent just before a lowering are still read.)
+func (r *serveRun) watchShards(ctx context.Context, services []*serverService) {
+	s := r.server
+	t := time.NewTicker(heartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pipe := s.rdb.Pipeline()
+		counts := make([]*redis.StringCmd, len(services))
+		for i, svc := range services {
+			counts[i] = pipe.Get(ctx, s.keys.shardCount(svc.name))
+		}
+		_, _ = pipe.Exec(ctx)
+		for i, svc := range services {
+			if err := counts[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
+				continue // Redis unreachable; the next tick tries again
+			}
+			for _, shard := range s.shardsToRead(parseShardCount(counts[i].Result())) {
+				if r.queues.has(svc.name, shard) {
+					continue
+				}
+				q := s.newQueue(svc, shard)
+				if err := s.openQueue(ctx, q); err != nil {
+					s.log.Warn("rpr: open a new shard", "service", svc.name, "shard", shard, "error", err)
+					continue
+				}
+				s.log.Info("rpr: the service's shard count rose; reading the new shard", "service", svc.name, "shard", shard)
+				r.serveQueue(ctx, q)
+			}
+		}
+	}
+}

@@ -1,0 +1,541 @@
+package tunnel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A service's routing table sends calls to lanes: each lane is its own
+// request queue, served by the servers that joined it (ServerOptions.Lane),
+// so a new version can take a slice of the traffic, or only the calls a
+// header marks, without a redeploy.
+//
+// The table lives in the hash rpr:v1:{S}:routes, one field per method
+// pattern ("pkg.Svc/Method", or "pkg.Svc/*" for every method), each holding
+// an ordered list of rules. A call is routed by the rules of its exact
+// method pattern, then by those of the service wildcard; within a pattern
+// the first rule that matches wins; when none does, the call goes to the
+// default lane. A rule matches when each of its headers has the given value
+// (a rule without headers always matches), and it then picks one of its
+// lanes at random by weight.
+//
+// Clients keep the table in memory: a change is announced on Pub/Sub
+// (RouteTable.Set and Remove do that) and every client also reloads the
+// table every second, so a change applies within a second, without a
+// restart, even if the announcement is lost.
+
+// RouteRule is one rule of a route: which calls it matches and the lanes
+// it sends them to.
+type RouteRule struct {
+	// Match lists the request headers the rule requires, by lower-case
+	// key; a call matches when, for each, one of the header's values is
+	// the given one. Empty matches every call.
+	Match map[string]string `json:"match,omitempty"`
+	// Lanes are where matching calls go, chosen at random in proportion to
+	// the weights. One lane with any weight takes them all.
+	Lanes []LaneWeight `json:"lanes"`
+}
+
+// LaneWeight is one lane of a rule and its share of the rule's calls.
+type LaneWeight struct {
+	Lane   string `json:"lane"`
+	Weight int    `json:"weight"`
+}
+
+// Route is the rules of one method pattern.
+type Route struct {
+	// Pattern is "pkg.Svc/Method" or "pkg.Svc/*".
+	Pattern string
+	// Rules are tried in order; the first match wins.
+	Rules []RouteRule
+}
+
+// maxLaneLen bounds lane names, which appear in key names.
+const maxLaneLen = 32
+
+var laneName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+
+// ValidateLane checks a lane name: 1-32 characters of a-z, 0-9, '.', '_'
+// and '-', starting with a letter or digit. "default" is the default lane.
+func ValidateLane(lane string) error {
+	if len(lane) > maxLaneLen || !laneName.MatchString(lane) {
+		return fmt.Errorf("lane %q: want 1-%d characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit (e.g. v2, canary)", lane, maxLaneLen)
+	}
+	return nil
+}
+
+// ParseRouteRule reads a rule in the form the CLI and RouteRule.String
+// use:
+//
+//	v2                          every call to lane v2
+//	v1:90,v2:10                 90% to v1, 10% to v2
+//	x-canary=true => v2         calls whose x-canary header is "true" to v2
+//	tenant=acme,x-beta=1 => v2:50,default:50
+func ParseRouteRule(spec string) (RouteRule, error) {
+	var rule RouteRule
+	match, lanes, hasMatch := strings.Cut(spec, "=>")
+	if !hasMatch {
+		lanes, match = match, ""
+	}
+	if hasMatch {
+		rule.Match = map[string]string{}
+		for _, cond := range strings.Split(match, ",") {
+			key, value, ok := strings.Cut(strings.TrimSpace(cond), "=")
+			key = strings.ToLower(strings.TrimSpace(key))
+			if !ok || key == "" {
+				return RouteRule{}, fmt.Errorf("route rule %q: header condition %q is not key=value (e.g. x-canary=true => v2)", spec, strings.TrimSpace(cond))
+			}
+			rule.Match[key] = strings.TrimSpace(value)
+		}
+	}
+	for _, part := range strings.Split(lanes, ",") {
+		part = strings.TrimSpace(part)
+		lane, weightText, weighted := strings.Cut(part, ":")
+		weight := 1
+		if weighted {
+			w, err := strconv.Atoi(strings.TrimSpace(weightText))
+			if err != nil || w < 0 {
+				return RouteRule{}, fmt.Errorf("route rule %q: weight of lane %q must be a whole number ≥ 0 (e.g. v1:90,v2:10)", spec, lane)
+			}
+			weight = w
+		}
+		rule.Lanes = append(rule.Lanes, LaneWeight{Lane: strings.TrimSpace(lane), Weight: weight})
+	}
+	if err := rule.validate(); err != nil {
+		return RouteRule{}, fmt.Errorf("route rule %q: %w", spec, err)
+	}
+	return rule, nil
+}
+
+// validate checks a rule's lanes and weights.
+func (r RouteRule) validate() error {
+	if len(r.Lanes) == 0 {
+		return errors.New("no lane (e.g. v2, or v1:90,v2:10)")
+	}
+	total := 0
+	seen := map[string]bool{}
+	for _, lw := range r.Lanes {
+		if err := ValidateLane(lw.Lane); err != nil {
+			return err
+		}
+		if seen[lw.Lane] {
+			return fmt.Errorf("lane %q is listed twice", lw.Lane)
+		}
+		seen[lw.Lane] = true
+		if lw.Weight < 0 {
+			return fmt.Errorf("lane %q has a negative weight", lw.Lane)
+		}
+		total += lw.Weight
+	}
+	if total == 0 {
+		return errors.New("the weights add up to 0; give at least one lane a weight")
+	}
+	for key := range r.Match {
+		if key == "" || key != strings.ToLower(key) {
+			return fmt.Errorf("header %q: match keys are lower-case and not empty", key)
+		}
+	}
+	return nil
+}
+
+// String returns the rule in ParseRouteRule's form.
+func (r RouteRule) String() string {
+	var b strings.Builder
+	if len(r.Match) > 0 {
+		keys := make([]string, 0, len(r.Match))
+		for k := range r.Match {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(k + "=" + r.Match[k])
+		}
+		b.WriteString(" => ")
+	}
+	for i, lw := range r.Lanes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(lw.Lane)
+		if len(r.Lanes) > 1 {
+			b.WriteString(":" + strconv.Itoa(lw.Weight))
+		}
+	}
+	return b.String()
+}
+
+// matches reports whether a call with header satisfies the rule's Match.
+func (r RouteRule) matches(header Metadata) bool {
+	for key, want := range r.Match {
+		if !slices.Contains(header[key], want) {
+			return false
+		}
+	}
+	return true
+}
+
+// pick chooses one of the rule's lanes by weight; roll is uniform in
+// [0, 1).
+func (r RouteRule) pick(roll float64) string {
+	total := 0
+	for _, lw := range r.Lanes {
+		total += lw.Weight
+	}
+	n := int(roll * float64(total))
+	for _, lw := range r.Lanes {
+		if n < lw.Weight {
+			return lw.Lane
+		}
+		n -= lw.Weight
+	}
+	return r.Lanes[len(r.Lanes)-1].Lane
+}
+
+// routeTable is a service's routing table as a client holds it.
+type routeTable map[string][]RouteRule // pattern -> rules
+
+// rules returns the rules that apply to method ("Method"), most specific
+// pattern first.
+func (t routeTable) rules(service, method string) [][]RouteRule {
+	var out [][]RouteRule
+	if rules, ok := t[service+"/"+method]; ok {
+		out = append(out, rules)
+	}
+	if rules, ok := t[service+"/*"]; ok {
+		out = append(out, rules)
+	}
+	return out
+}
+
+// resolve returns the lane a call goes to and the rule that sent it there
+// (nil: no rule matched, the default lane).
+func (t routeTable) resolve(service, method string, header Metadata, roll float64) (string, *RouteRule) {
+	for _, rules := range t.rules(service, method) {
+		for i := range rules {
+			if rules[i].matches(header) {
+				return rules[i].pick(roll), &rules[i]
+			}
+		}
+	}
+	return DefaultLane, nil
+}
+
+// lanes returns every lane the table names, sorted.
+func (t routeTable) lanes() []string {
+	set := map[string]bool{}
+	for _, rules := range t {
+		for _, r := range rules {
+			for _, lw := range r.Lanes {
+				if lw.Weight > 0 {
+					set[lw.Lane] = true
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for l := range set {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// parseRouteTable decodes the routes hash; fields that do not decode are
+// reported and skipped, so one bad entry does not stop the others.
+func parseRouteTable(service string, hash map[string]string) (routeTable, []error) {
+	table := routeTable{}
+	var errs []error
+	for pattern, raw := range hash {
+		if err := validatePattern(service, pattern); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var rules []RouteRule
+		if err := json.Unmarshal([]byte(raw), &rules); err != nil {
+			errs = append(errs, fmt.Errorf("route %s: not a JSON list of rules: %w (fix it with `rpr routes set`)", pattern, err))
+			continue
+		}
+		bad := false
+		for _, r := range rules {
+			if err := r.validate(); err != nil {
+				errs = append(errs, fmt.Errorf("route %s: %w (fix it with `rpr routes set`)", pattern, err))
+				bad = true
+			}
+		}
+		if !bad && len(rules) > 0 {
+			table[pattern] = rules
+		}
+	}
+	return table, errs
+}
+
+// validatePattern checks a method pattern of service's table.
+func validatePattern(service, pattern string) error {
+	svc, method, ok := strings.Cut(pattern, "/")
+	switch {
+	case !ok || method == "":
+		return fmt.Errorf("route pattern %q: want %s/Method or %s/*", pattern, service, service)
+	case svc != service:
+		return fmt.Errorf("route pattern %q is not of service %s (want %s/Method or %s/*)", pattern, service, service, service)
+	case method != "*" && strings.ContainsAny(method, "*/{} "):
+		return fmt.Errorf("route pattern %q: a method is an exact name, or * for all of them", pattern)
+	}
+	return nil
+}
+
+// clientRoutes is what a client holds of a service's routing table.
+type clientRoutes struct {
+	table atomic.Pointer[routeTable]
+	raw   atomic.Pointer[map[string]string] // the hash last read, to skip reparsing
+}
+
+// observe records the routes hash as last read; it returns the errors of
+// the entries that did not decode, the first time it sees them.
+func (r *clientRoutes) observe(service string, hash map[string]string) []error {
+	if last := r.raw.Load(); last != nil && mapsEqual(*last, hash) {
+		return nil
+	}
+	table, errs := parseRouteTable(service, hash)
+	r.table.Store(&table)
+	r.raw.Store(&hash)
+	return errs
+}
+
+// lane returns the lane of a call to method with header.
+func (r *clientRoutes) lane(service, method string, header Metadata) string {
+	t := r.table.Load()
+	if t == nil || len(*t) == 0 {
+		return DefaultLane
+	}
+	lane, _ := t.resolve(service, method, header, rand.Float64())
+	return lane
+}
+
+// lanes returns the lanes the table names.
+func (r *clientRoutes) lanes() []string {
+	if t := r.table.Load(); t != nil {
+		return t.lanes()
+	}
+	return nil
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// RouteTable reads and changes a service's routing table; it is what
+// `rpr routes` uses. Changes apply to every client within a second.
+type RouteTable struct {
+	rdb     redis.UniversalClient
+	keys    keyspace
+	service string
+}
+
+// NewRouteTable returns the routing table of service under prefix ("" for
+// DefaultPrefix).
+func NewRouteTable(rdb redis.UniversalClient, prefix, service string) *RouteTable {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &RouteTable{rdb: rdb, keys: keyspace{prefix: prefix}, service: service}
+}
+
+// List returns the routes, sorted by pattern, exact methods before the
+// wildcard. Entries that do not decode are reported in the error, after
+// the routes that do.
+func (t *RouteTable) List(ctx context.Context) ([]Route, error) {
+	hash, err := t.rdb.HGetAll(ctx, t.keys.routes(t.service)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("rpr: read routes of %s: %w", t.service, err)
+	}
+	table, errs := parseRouteTable(t.service, hash)
+	routes := make([]Route, 0, len(table))
+	for pattern, rules := range table {
+		routes = append(routes, Route{Pattern: pattern, Rules: rules})
+	}
+	sort.Slice(routes, func(i, j int) bool {
+		wi, wj := strings.HasSuffix(routes[i].Pattern, "/*"), strings.HasSuffix(routes[j].Pattern, "/*")
+		if wi != wj {
+			return wj
+		}
+		return routes[i].Pattern < routes[j].Pattern
+	})
+	return routes, errors.Join(errs...)
+}
+
+// Set replaces the rules of pattern ("pkg.Svc/Method" or "pkg.Svc/*") and
+// tells every client. It validates everything first and changes nothing
+// when something is wrong.
+func (t *RouteTable) Set(ctx context.Context, pattern string, rules []RouteRule) error {
+	if err := validatePattern(t.service, pattern); err != nil {
+		return err
+	}
+	if len(rules) == 0 {
+		return fmt.Errorf("route %s: no rules (to remove the route, use Remove / `rpr routes rm`)", pattern)
+	}
+	for i := range rules {
+		for k, v := range rules[i].Match { // header keys are case-insensitive
+			if lower := strings.ToLower(k); lower != k {
+				delete(rules[i].Match, k)
+				rules[i].Match[lower] = v
+			}
+		}
+		if err := rules[i].validate(); err != nil {
+			return fmt.Errorf("route %s, rule %d: %w", pattern, i+1, err)
+		}
+	}
+	raw, err := json.Marshal(rules)
+	if err != nil {
+		return fmt.Errorf("rpr: encode route %s: %w", pattern, err)
+	}
+	if err := t.rdb.HSet(ctx, t.keys.routes(t.service), pattern, raw).Err(); err != nil {
+		return fmt.Errorf("rpr: write route %s: %w", pattern, err)
+	}
+	t.announce(ctx)
+	return nil
+}
+
+// Remove deletes the route of pattern; false when there was none.
+func (t *RouteTable) Remove(ctx context.Context, pattern string) (bool, error) {
+	n, err := t.rdb.HDel(ctx, t.keys.routes(t.service), pattern).Result()
+	if err != nil {
+		return false, fmt.Errorf("rpr: remove route %s: %w", pattern, err)
+	}
+	if n > 0 {
+		t.announce(ctx)
+	}
+	return n > 0, nil
+}
+
+// announce tells clients to reload the table now; if the message is lost,
+// their periodic reload still picks the change up within a second.
+func (t *RouteTable) announce(ctx context.Context) {
+	_ = t.rdb.Publish(ctx, t.keys.routesChanged(t.service), "changed").Err()
+}
+
+// RouteDecision is where a call would go (see RouteTable.Test).
+type RouteDecision struct {
+	// Pattern and Rule are the route and rule that matched; Rule is nil
+	// when none did and the call goes to the default lane.
+	Pattern string
+	Rule    *RouteRule
+	// Lanes are the lanes the call may go to, with their chances (0-1).
+	Lanes map[string]float64
+}
+
+// Test says where a call to method ("Method" or "pkg.Svc/Method") with
+// header would go under the current table.
+func (t *RouteTable) Test(ctx context.Context, method string, header Metadata) (RouteDecision, error) {
+	method = strings.TrimPrefix(method, t.service+"/")
+	if method == "" || strings.ContainsAny(method, "/*") {
+		return RouteDecision{}, fmt.Errorf("method %q: want a method name of %s, e.g. %s/SayHello", method, t.service, t.service)
+	}
+	hash, err := t.rdb.HGetAll(ctx, t.keys.routes(t.service)).Result()
+	if err != nil {
+		return RouteDecision{}, fmt.Errorf("rpr: read routes of %s: %w", t.service, err)
+	}
+	table, _ := parseRouteTable(t.service, hash)
+	lower := Metadata{}
+	for k, v := range header {
+		lower[strings.ToLower(k)] = v
+	}
+	_, rule := table.resolve(t.service, method, lower, 0)
+	d := RouteDecision{Lanes: map[string]float64{}}
+	if rule == nil {
+		d.Lanes[DefaultLane] = 1
+		return d, nil
+	}
+	for pattern, rules := range table {
+		for i := range rules {
+			if &rules[i] == rule {
+				d.Pattern = pattern
+			}
+		}
+	}
+	d.Rule = rule
+	total := 0
+	for _, lw := range rule.Lanes {
+		total += lw.Weight
+	}
+	for _, lw := range rule.Lanes {
+		if lw.Weight > 0 {
+			d.Lanes[lw.Lane] = float64(lw.Weight) / float64(total)
+		}
+	}
+	return d, nil
+}
+
+// routeWatcher hands the announcements of routing-table changes (see
+// RouteTable.Set) to the watchers of the services a client calls, over
+// one Pub/Sub connection per client.
+type routeWatcher struct {
+	ctx context.Context // ends when the client closes
+	rdb redis.UniversalClient
+	wg  *sync.WaitGroup // the client's
+
+	mu    sync.Mutex
+	sub   *redis.PubSub
+	kicks map[string]chan struct{} // channel -> the service watcher's kick
+}
+
+// watch subscribes to channel and kicks kick on each announcement.
+func (w *routeWatcher) watch(channel string, kick chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		return
+	}
+	if w.kicks == nil {
+		w.kicks = map[string]chan struct{}{}
+	}
+	w.kicks[channel] = kick
+	if w.sub != nil {
+		_ = w.sub.Subscribe(w.ctx, channel) // if lost, the periodic reload still applies changes
+		return
+	}
+	w.sub = w.rdb.Subscribe(w.ctx, channel)
+	msgs := w.sub.Channel()
+	w.wg.Go(func() {
+		for msg := range msgs {
+			w.mu.Lock()
+			kick := w.kicks[msg.Channel]
+			w.mu.Unlock()
+			select {
+			case kick <- struct{}{}:
+			default: // a refresh is already due
+			}
+		}
+	})
+}
+
+// close ends the subscription and its goroutine.
+func (w *routeWatcher) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sub != nil {
+		_ = w.sub.Close()
+	}
+}

@@ -1,0 +1,174 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A service may be sharded over N hash tags, {S} (shard 0) and {S#1} to
+// {S#N-1}, so that a Redis Cluster spreads its queues, states and response
+// streams over its masters. Each shard is a complete set of the service's
+// queue keys; every Lua script touches one shard only.
+//
+// The count in force is recorded in Redis (rpr:v1:{S}:shards) and is the
+// one clients and servers follow:
+//
+//   - A server or client configured for more shards than recorded raises
+//     the record as it starts ((rpr.v1.service).shards, or the Shards
+//     options), and the others follow within a second. Growing is always
+//     safe: the new shards start empty.
+//   - Servers read every shard of the record even when configured for
+//     fewer, and keep reading a shard for as long as they run, so requests
+//     a client sent just before a change are not stranded.
+//   - The count is lowered only by SetShardCount (`rpr shards set`), which
+//     refuses while a shard that would go holds any request.
+//
+// A call goes to a shard chosen round-robin; an async request with an
+// idempotency key goes to the shard its key hashes to, so that the key's
+// state is always found in one place (changing the count re-maps keys:
+// see the README's "Changing the shard count").
+
+// MaxShards bounds a service's shard count. Each shard costs every server
+// one blocking read per lane, and every client one per shard it gets
+// responses from.
+const MaxShards = 64
+
+// validShards checks a configured shard count.
+func validShards(n int) error {
+	if n < 1 || n > MaxShards {
+		return fmt.Errorf("shard count %d: want 1 to %d", n, MaxShards)
+	}
+	return nil
+}
+
+// shardOfKey is the shard an idempotency key's requests go to.
+func shardOfKey(key string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// shardPicker spreads calls over a service's shards.
+type shardPicker struct {
+	count atomic.Int32 // shards in force
+	next  atomic.Uint32
+}
+
+// pick returns the shard of a call: key's when it has one, else the next
+// in turn.
+func (p *shardPicker) pick(key string) int {
+	n := int(p.count.Load())
+	if n <= 1 {
+		return 0
+	}
+	if key != "" {
+		return shardOfKey(key, n)
+	}
+	return int(p.next.Add(1) % uint32(n))
+}
+
+// raiseShards records that a service has at least n shards and returns
+// the count in force.
+func raiseShards(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, n int) (int, error) {
+	got, err := raiseShardsScript.Run(ctx, rdb, []string{keys.shardCount(service)}, n).Int()
+	if err != nil {
+		return 0, fmt.Errorf("record shard count of %s: %w", service, err)
+	}
+	return got, nil
+}
+
+// parseShardCount reads a recorded shard count (GET's reply); absent or
+// unreadable counts as one.
+func parseShardCount(raw string, err error) int {
+	if err != nil {
+		return 1
+	}
+	n, convErr := strconv.Atoi(raw)
+	if convErr != nil || validShards(n) != nil {
+		return 1
+	}
+	return n
+}
+
+// ShardCount returns the number of shards recorded for service under
+// prefix ("" for DefaultPrefix): 1 when the service is not sharded.
+func ShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (int, error) {
+	keys := keyspace{prefix: orDefaultPrefix(prefix)}
+	raw, err := rdb.Get(ctx, keys.shardCount(service)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("rpr: read shard count of %s: %w", service, err)
+	}
+	return parseShardCount(raw, err), nil
+}
+
+// SetShardCount changes the number of shards of service. Raising it is
+// always safe. Lowering it is refused while any shard that would go still
+// holds a request (queued, running or waiting for a retry, in any lane);
+// drain those first: stop the clients, or route elsewhere, and wait for
+// `rpr stats` to show them empty. Clients and servers pick the new count
+// up within a second.
+func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service string, n int) error {
+	if err := validShards(n); err != nil {
+		return fmt.Errorf("rpr: %s: %w", service, err)
+	}
+	keys := keyspace{prefix: orDefaultPrefix(prefix)}
+	current, err := ShardCount(ctx, rdb, prefix, service)
+	if err != nil {
+		return err
+	}
+	if n < current {
+		lanes, err := knownLanes(ctx, rdb, keys, service)
+		if err != nil {
+			return err
+		}
+		for shard := n; shard < current; shard++ {
+			held, err := shardBacklog(ctx, rdb, keys.shard(service, shard), lanes)
+			if err != nil {
+				return err
+			}
+			if held > 0 {
+				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d still holds %d requests, which would be stranded; let it drain (stop sending, wait for `rpr stats` to show it empty) and try again", service, current, n, shard, held)
+			}
+		}
+	}
+	if err := rdb.Set(ctx, keys.shardCount(service), n, 0).Err(); err != nil {
+		return fmt.Errorf("rpr: set shard count of %s: %w", service, err)
+	}
+	return nil
+}
+
+// shardBacklog counts the requests a shard holds in the given lanes: in
+// their streams (queued and running) and retry sets.
+func shardBacklog(ctx context.Context, rdb redis.UniversalClient, shard shardKeys, lanes []string) (int64, error) {
+	pipe := rdb.Pipeline()
+	var cmds []*redis.IntCmd
+	for _, lane := range lanes {
+		cmds = append(cmds, pipe.XLen(ctx, shard.requests(lane)), pipe.ZCard(ctx, shard.retries(lane)))
+	}
+	_, _ = pipe.Exec(ctx)
+	var total int64
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return 0, fmt.Errorf("rpr: count requests in %s: %w", shard.tag, err)
+		}
+		total += cmd.Val()
+	}
+	return total, nil
+}
+
+// orDefaultPrefix returns prefix, or DefaultPrefix when it is empty.
+func orDefaultPrefix(prefix string) string {
+	if prefix == "" {
+		return DefaultPrefix
+	}
+	return prefix
+}
