@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# redis-cluster.sh - a local Redis Cluster (3 masters, 3 replicas) to run
+# rpr against, the shell twin of redistest.StartCluster.
+#
+# Commands:
+#   up               start six nodes on BASE_PORT..BASE_PORT+5, join them
+#                    into one cluster, wait until it is healthy, print
+#                    KEY=VALUE lines (also written to $RPR_STATE_DIR/env);
+#                    logs go to stderr. If up fails half-way it tears down
+#                    what it started.
+#   down             stop the nodes up started (SIGTERM, SIGKILL after 5 s),
+#                    by their recorded PID and only while /proc/PID/cwd is
+#                    still that node's dir; remove our files. Safe to run
+#                    twice or after a failed up.
+#   env              print the KEY=VALUE lines of a running cluster
+#   kill PORT [SIG]  send SIG (default KILL: a crash) to the node on PORT;
+#                    STOP and CONT freeze and thaw it
+#   start PORT       start a killed node again; nodes.conf makes it rejoin
+#                    (a former master comes back as a replica)
+#   wait [SECONDS]   wait until the cluster is healthy again (default 30)
+#
+# Environment (read by up; later commands take ports from the state dir):
+#   RPR_STATE_DIR  state dir, one per running cluster (default /tmp/rpr-cluster)
+#   BIND_IP        address the nodes listen on and announce (default 127.0.0.1);
+#                  clients are redirected to it, so they must reach it
+#   BASE_PORT      first node port (default 7101); the cluster bus of each
+#                  node is its port+10000, which must be free as well
+#   NODE_TIMEOUT   cluster-node-timeout in ms (default 2000): a master that
+#                  is unreachable this long is failed over (after ~2x this)
+#
+# Example:
+#   eval "$(RPR_STATE_DIR=/tmp/cl scripts/redis-cluster.sh up)"
+#   go run ./cmd/rpr demo --redis "$RPR_REDIS_URL"
+#   RPR_STATE_DIR=/tmp/cl scripts/redis-cluster.sh kill 7101   # fail a master over
+#   RPR_STATE_DIR=/tmp/cl scripts/redis-cluster.sh down
+set -euo pipefail
+
+STATE=${RPR_STATE_DIR:-/tmp/rpr-cluster}
+BIND_IP=${BIND_IP:-127.0.0.1}
+BASE_PORT=${BASE_PORT:-7101}
+NODE_TIMEOUT=${NODE_TIMEOUT:-2000}
+ENV_FILE=$STATE/env
+NODES=6
+MASTERS=3
+
+log() { echo "redis-cluster: $*" >&2; }
+die() { log "$*"; exit 1; }
+ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+# retry SECONDS CMD...: run CMD every 50 ms until it succeeds or time is up
+retry() {
+    local until=$(($(ms) + $1 * 1000))
+    shift
+    while ! "$@"; do
+        [ "$(ms)" -lt "$until" ] || return 1
+        sleep 0.05
+    done
+}
+negate() { ! "$@"; }
+
+# After up, the state dir is the truth about the address and ports.
+load_state() {
+    [ -f "$ENV_FILE" ] || return 0
+    local key val
+    while IFS='=' read -r key val; do
+        case $key in
+        BIND_IP) BIND_IP=$val ;;
+        BASE_PORT) BASE_PORT=$val ;;
+        esac
+    done <"$ENV_FILE"
+}
+ports() { seq "$BASE_PORT" $((BASE_PORT + NODES - 1)); }
+node_dir() { echo "$STATE/node-$1"; }
+
+# is_ours PID DIR: PID is alive and its cwd is DIR (redis chdir()s to its
+# `dir`). False for a zombie or a recycled PID, so a stale pid file never
+# makes us signal a stranger.
+is_ours() { [ -n "$1" ] && [ "$(readlink "/proc/$1/cwd" 2>/dev/null)" = "$2" ]; }
+recorded_pid() { cat "$(node_dir "$1")/pid" 2>/dev/null || true; }
+
+# cli PORT ARGS...: one redis-cli call. redis-cli exits 0 on error replies,
+# so callers look at what it printed.
+cli() { local port=$1; shift; timeout 5 redis-cli -h "$BIND_IP" -p "$port" "$@"; }
+# expect_ok PORT ARGS...: the command must answer OK
+expect_ok() {
+    local out
+    out=$(cli "$@" 2>&1) || true
+    [ "$out" = OK ] || die "redis-cli -p $*: $out"
+}
+# info_field TEXT NAME: the value of NAME:value in an INFO-style reply
+info_field() { sed -n "s/^$2:\([^\r]*\)\r\{0,1\}\$/\1/p" <<<"$1" | head -n 1; }
+
+# running_pid PORT: the process_id INFO reports on PORT (empty if none answers)
+running_pid() { info_field "$(cli "$1" INFO server 2>/dev/null || true)" process_id; }
+# answers PORT PID: the server on PORT is the process we started, not
+# another one that won the port (PONG alone cannot tell)
+answers() { [ "$(running_pid "$1")" = "$2" ]; }
+answers_or_dead() { answers "$1" "$2" || ! is_ours "$2" "$(node_dir "$1")"; }
+
+write_conf() { # write_conf PORT
+    local dir
+    dir=$(node_dir "$1")
+    mkdir -p "$dir"
+    cat >"$dir/redis.conf" <<EOF
+# node of scripts/redis-cluster.sh
+port $1
+bind $BIND_IP
+# no password here: protected-mode yes would refuse every non-loopback client
+protected-mode no
+dir $dir
+save ""
+appendonly no
+# fault tests use DEBUG SLEEP; the setting cannot be changed at run time
+enable-debug-command yes
+# replicas start their first sync at once, not 5 s later
+repl-diskless-sync-delay 0
+cluster-enabled yes
+# written by redis itself (node id, epochs, who serves what)
+cluster-config-file nodes.conf
+cluster-node-timeout $NODE_TIMEOUT
+# the address clients are sent to (MOVED, CLUSTER SLOTS)
+cluster-announce-ip $BIND_IP
+EOF
+}
+
+launch() { # launch PORT: start the node in its dir and wait until it answers
+    local port=$1 dir pid
+    dir=$(node_dir "$port")
+    [ -f "$dir/redis.conf" ] || die "no node on port $port in $STATE"
+    ! is_ours "$(recorded_pid "$port")" "$dir" || die "node $port is running already"
+    # exec inside the subshell: $! is redis-server's own PID, cwd = its dir
+    (cd "$dir" && exec redis-server "$dir/redis.conf" >>"$dir/redis.log" 2>&1 </dev/null) &
+    pid=$!
+    echo "$pid" >"$dir/pid"
+    retry 15 answers_or_dead "$port" "$pid" || true
+    answers "$port" "$pid" || die "node $port (pid $pid) did not start: $(tail -n 3 "$dir/redis.log")"
+}
+
+signal_node() { # signal_node PORT SIG
+    local pid dir
+    dir=$(node_dir "$1")
+    pid=$(recorded_pid "$1")
+    is_ours "$pid" "$dir" || die "node $1 is not running (or not ours)"
+    kill "-$2" "$pid"
+}
+
+# healthy: every node reports cluster_state:ok with all slots and all
+# nodes, no node is flagged failing, there are 3 masters with slots and 3
+# replicas, and each replica's link to its master is up
+healthy() {
+    local p out nodes masters replicas
+    for p in $(ports); do
+        out=$(printf 'CLUSTER INFO\nINFO replication\n' | cli "$p" 2>/dev/null) || return 1
+        [ "$(info_field "$out" cluster_state)" = ok ] || return 1
+        [ "$(info_field "$out" cluster_slots_ok)" = 16384 ] || return 1
+        [ "$(info_field "$out" cluster_known_nodes)" = "$NODES" ] || return 1
+        if [ "$(info_field "$out" role)" = slave ]; then
+            [ "$(info_field "$out" master_link_status)" = up ] || return 1
+        fi
+        nodes=$(cli "$p" CLUSTER NODES 2>/dev/null) || return 1
+        ! grep -qE ' [^ ]*(fail|handshake|noaddr)[^ ]* ' <<<"$nodes" || return 1
+        masters=$(awk '$3 ~ /master/ && NF > 8' <<<"$nodes" | wc -l)
+        replicas=$(awk '$3 ~ /slave/' <<<"$nodes" | wc -l)
+        [ "$masters" = "$MASTERS" ] && [ "$replicas" = $((NODES - MASTERS)) ] || return 1
+    done
+}
+
+# all_met: every node knows every other one, handshakes done
+all_met() {
+    local p nodes
+    for p in $(ports); do
+        nodes=$(cli "$p" CLUSTER NODES 2>/dev/null) || return 1
+        [ "$(grep -c . <<<"$nodes")" = "$NODES" ] || return 1
+        ! grep -qE 'handshake|noaddr' <<<"$nodes" || return 1
+    done
+}
+
+# create: slots to the first three nodes, MEET, then each of the last
+# three replicates one of the first three. The same steps as
+# `redis-cli --cluster create` without its 1 s sleeps, every reply checked.
+create() {
+    local i p lo hi id all
+    mapfile -t all < <(ports)
+    for i in "${!all[@]}"; do
+        # distinct epochs up front: no epoch collision to resolve later
+        expect_ok "${all[i]}" CLUSTER SET-CONFIG-EPOCH $((i + 1))
+    done
+    for ((i = 0; i < MASTERS; i++)); do
+        lo=$((i * 16384 / MASTERS))
+        hi=$(((i + 1) * 16384 / MASTERS - 1))
+        expect_ok "${all[i]}" CLUSTER ADDSLOTSRANGE "$lo" "$hi"
+    done
+    for p in "${all[@]:1}"; do
+        expect_ok "${all[0]}" CLUSTER MEET "$BIND_IP" "$p"
+    done
+    retry 20 all_met || die "the nodes did not meet within 20 s"
+    for ((i = MASTERS; i < NODES; i++)); do
+        id=$(cli "${all[i - MASTERS]}" CLUSTER MYID)
+        expect_ok "${all[i]}" CLUSTER REPLICATE "$id"
+    done
+}
+
+cleanup_failed_up() {
+    local rc=$?
+    if [ "$rc" != 0 ]; then
+        log "up failed (exit $rc); stopping what it started"
+        down
+    fi
+}
+
+up() {
+    local need p t0 addrs=()
+    for need in redis-server redis-cli timeout ss; do
+        command -v "$need" >/dev/null || die "$need not found (run scripts/ensure-redis.sh for redis)"
+    done
+    [ -z "$(ls -A "$STATE" 2>/dev/null)" ] || die "$STATE is not empty: is a cluster up? run down first"
+    [ $((BASE_PORT + NODES - 1 + 10000)) -le 65535 ] || die "BASE_PORT $BASE_PORT too high: the bus ports (port+10000) must stay below 65536"
+    for p in $(ports); do
+        [ -z "$(ss -Hltn "( sport = :$p or sport = :$((p + 10000)) )")" ] ||
+            die "port $p or its bus port $((p + 10000)) is in use: choose another BASE_PORT"
+    done
+    t0=$(ms)
+    mkdir -p "$STATE"
+    trap cleanup_failed_up EXIT
+    for p in $(ports); do
+        write_conf "$p"
+        launch "$p"
+        addrs+=("$BIND_IP:$p")
+    done
+    create
+    retry 30 healthy || die "cluster not healthy 30 s after create: $(cli "$BASE_PORT" CLUSTER INFO | head -n 3 | tr -d '\r')"
+    local IFS=,
+    cat >"$ENV_FILE" <<EOF
+RPR_REDIS_URL=redis://${addrs[*]}
+REDIS_CLUSTER_ADDRS=${addrs[*]}
+BIND_IP=$BIND_IP
+BASE_PORT=$BASE_PORT
+NODE_TIMEOUT=$NODE_TIMEOUT
+RPR_STATE_DIR=$STATE
+EOF
+    trap - EXIT
+    cat "$ENV_FILE"
+    log "up in $(($(ms) - t0)) ms: ${addrs[*]}"
+}
+
+down() {
+    local p dir pid pids=() dirs=() i
+    for p in $(ports); do
+        dir=$(node_dir "$p")
+        pid=$(recorded_pid "$p")
+        is_ours "$pid" "$dir" || continue
+        kill -TERM "$pid" 2>/dev/null || true
+        kill -CONT "$pid" 2>/dev/null || true # in case it was left frozen
+        pids+=("$pid") dirs+=("$dir")
+    done
+    for i in "${!pids[@]}"; do
+        retry 5 negate is_ours "${pids[i]}" "${dirs[i]}" || kill -KILL "${pids[i]}" 2>/dev/null || true
+    done
+    for p in $(ports); do rm -rf -- "$(node_dir "$p")"; done
+    rm -f -- "$ENV_FILE"
+    rmdir -- "$STATE" 2>/dev/null || true
+}
+
+check_port() { # check_port PORT: one of our nodes
+    local p
+    for p in $(ports); do [ "$p" != "$1" ] || return 0; done
+    die "port $1 is not a node of the cluster in $STATE ($(ports | tr '\n' ' '))"
+}
+
+load_state
+case ${1:-} in
+up) up ;;
+down) down ;;
+env) [ -f "$ENV_FILE" ] || die "no cluster in $STATE"; cat "$ENV_FILE" ;;
+kill)
+    check_port "${2:?usage: $0 kill PORT [SIG]}"
+    signal_node "$2" "${3:-KILL}"
+    ;;
+start)
+    check_port "${2:?usage: $0 start PORT}"
+    launch "$2"
+    ;;
+wait) retry "${2:-30}" healthy || die "cluster not healthy after ${2:-30} s" ;;
+*)
+    echo "usage: RPR_STATE_DIR=dir $0 up|down|env|kill PORT [SIG]|start PORT|wait [SECONDS]" >&2
+    exit 2
+    ;;
+esac
