@@ -2,53 +2,466 @@ package tunnel
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Open connects to the Redis at rawURL and checks that it answers. It
-// accepts redis://[user:password@]host:port[/db] and rediss:// (TLS), plus
-// the query options go-redis understands (e.g. ?dial_timeout=3s). The result
-// is a go-redis UniversalClient shared by a Client and a Server in one
-// process; close it when both are closed.
+// Open connects to the Redis at rawURL and checks that it answers. The
+// result is a go-redis UniversalClient shared by a Client and a Server in
+// one process; close it when both are closed. It accepts:
+//
+//	redis://10.0.0.5:6379/0                 one server (db 0 if the path is empty)
+//	rediss://app:secret@10.0.0.5:6380/0     the same over TLS, with an ACL user
+//	redis://10.0.0.5:7001                   any one node of a Redis Cluster
+//	redis://10.0.0.5:7001,10.0.0.6:7001     Cluster seed nodes (rediss:// too)
+//	redis://10.0.0.5:7001?addr=10.0.0.6:7001&addr=10.0.0.7:7001
+//	                                        the same, in go-redis's own form
+//	redis+sentinel://10.0.0.5:26379,10.0.0.6:26379,10.0.0.7:26379/mymaster/0
+//	                                        Sentinel: sentinel addresses, then
+//	                                        the master name, then the db
+//	rediss+sentinel://app:secret@s1:26379,s2:26379/mymaster
+//	                                        Sentinel, TLS to sentinels and data nodes
+//	unix:///run/redis.sock?db=0             one server over a Unix socket
+//
+// A single redis:// or rediss:// address gives a *redis.Client, unless the
+// server reports cluster_enabled:1 (INFO cluster): then Open returns a
+// *redis.ClusterClient seeded with it, so pointing rpr at any node of a
+// Cluster just works. Several addresses give a *redis.ClusterClient. A
+// Cluster has only database 0, so /1 and up are refused there. The
+// Sentinel forms give go-redis's failover client (a *redis.Client that asks
+// the sentinels for the current master and follows failovers); a user and
+// password in the URL authenticate to the master and replicas, and
+// ?sentinel_username= and ?sentinel_password= to the sentinels, if those
+// require it. Every form takes the query options go-redis understands for
+// that kind of client (e.g. ?dial_timeout=3s&pool_size=64).
+//
+// Cluster clients reload the slot map when a node stops answering, not only
+// on MOVED: go-redis (v9.22 and later) would otherwise keep dialling a
+// failed master for up to a minute after its replica took over
+// (redis/go-redis#3979).
 //
 // Blocking stream reads (one per Client per service it calls, one per
 // Server per service it serves) hold a pooled connection while they wait;
-// the default pool (ten connections per CPU) leaves room for command
-// traffic. rpr checks this: Serve refuses to start, and a Client refuses a
-// new service, when the blocking reads would leave fewer than four
-// connections for commands; raise ?pool_size= then.
+// the default pool (ten connections per CPU, per node for a Cluster)
+// leaves room for command traffic. rpr checks this: Serve refuses to
+// start, and a Client refuses a new service, when the blocking reads would
+// leave fewer than four connections for commands; raise ?pool_size= then.
 func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
-	opts, err := redis.ParseURL(rawURL)
+	target, err := parseRedisURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("rpr: redis URL %q: %w (want redis://host:port/db or rediss://host:port/db)", RedactURL(rawURL), err)
+		return nil, urlError(rawURL, err)
 	}
-	rdb := redis.NewClient(opts)
+	switch {
+	case target.failover != nil:
+		o := target.failover
+		rdb := redis.NewFailoverClient(o)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("rpr: connect to redis master %q through the sentinels at %s: %w (%s)",
+				o.MasterName, RedactURL(rawURL), err, askSentinels(o))
+		}
+		return rdb, nil
+	case target.cluster != nil:
+		return openCluster(ctx, target.cluster, rawURL)
+	}
+
+	rdb := redis.NewClient(target.single)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
+		if db := target.single.DB; db != 0 && strings.Contains(err.Error(), "SELECT is not allowed in cluster mode") {
+			return nil, urlError(rawURL, clusterDBError(strconv.Itoa(db)))
+		}
 		return nil, fmt.Errorf("rpr: connect to redis at %s: %w", RedactURL(rawURL), err)
+	}
+	if target.clusterURL == "" {
+		return rdb, nil
+	}
+	isCluster, err := clusterEnabled(ctx, rdb)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("rpr: connect to redis at %s: INFO cluster: %w", RedactURL(rawURL), err)
+	}
+	if !isCluster {
+		return rdb, nil
+	}
+	_ = rdb.Close()
+	opts, err := redis.ParseClusterURL(target.clusterURL)
+	if err != nil {
+		return nil, urlError(rawURL, fmt.Errorf("the server is a Redis Cluster node, but the URL has an option a cluster client does not take: %w", err))
+	}
+	return openCluster(ctx, opts, rawURL)
+}
+
+// redisURLForms lists what Open accepts, for its errors.
+const redisURLForms = "redis://[user:password@]host:port[/db] (one server, or any node of a Cluster), " +
+	"redis://host1:port1,host2:port2,... (Cluster seeds), " +
+	"redis+sentinel://[user:password@]host1:port1,host2:port2,.../master[/db] (Sentinel); " +
+	"rediss:// and rediss+sentinel:// for TLS"
+
+func urlError(rawURL string, err error) error {
+	return fmt.Errorf("rpr: redis URL %q: %w; accepted forms: %s", RedactURL(rawURL), err, redisURLForms)
+}
+
+// redisTarget is a parsed Open URL: exactly one of single, cluster and
+// failover is set.
+type redisTarget struct {
+	single *redis.Options
+	// clusterURL is, for a single TCP address, the URL in the form
+	// redis.ParseClusterURL takes, used if the server is a Cluster node.
+	clusterURL string
+	cluster    *redis.ClusterOptions
+	failover   *redis.FailoverOptions
+}
+
+// urlParts is a Redis URL cut by hand: a comma-separated host list is not
+// a valid URL host (net/url refuses "[::1]:1,[::1]:2", for one).
+type urlParts struct {
+	scheme string // lower case
+	user   string // "user:password@" as written, or ""
+	hosts  []string
+	path   string // "" or starting with "/"
+	query  url.Values
+}
+
+func splitRedisURL(raw string) (urlParts, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || scheme == "" {
+		return urlParts{}, errors.New("no scheme")
+	}
+	p := urlParts{scheme: strings.ToLower(scheme)}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, tail := rest[:end], rest[end:]
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		p.user, authority = authority[:at+1], authority[at+1:]
+	}
+	tail, _, _ = strings.Cut(tail, "#")
+	var rawQuery string
+	p.path, rawQuery, _ = strings.Cut(tail, "?")
+	var err error
+	if p.query, err = url.ParseQuery(rawQuery); err != nil {
+		return urlParts{}, fmt.Errorf("query: %w", err)
+	}
+	if p.scheme == "unix" {
+		return p, nil
+	}
+	p.hosts = strings.Split(authority, ",")
+	for _, h := range p.hosts {
+		if strings.TrimSpace(h) == "" {
+			return urlParts{}, fmt.Errorf("empty address in the host list %q", authority)
+		}
+	}
+	return p, nil
+}
+
+// buildURL reassembles a URL for go-redis's parsers.
+func buildURL(scheme, user, host, path string, query url.Values) string {
+	s := scheme + "://" + user + host + path
+	if q := query.Encode(); q != "" {
+		s += "?" + q
+	}
+	return s
+}
+
+func parseRedisURL(raw string) (redisTarget, error) {
+	p, err := splitRedisURL(raw)
+	if err != nil {
+		return redisTarget{}, err
+	}
+	switch p.scheme {
+	case "unix":
+		o, err := redis.ParseURL(raw)
+		return redisTarget{single: o}, err
+	case "redis", "rediss":
+		if len(p.hosts) > 1 || p.query.Has("addr") {
+			o, err := parseClusterParts(p)
+			return redisTarget{cluster: o}, err
+		}
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return redisTarget{}, err
+		}
+		q := cloneValues(p.query)
+		q.Del("db")
+		return redisTarget{single: o, clusterURL: buildURL(p.scheme, p.user, p.hosts[0], "", q)}, nil
+	case "redis+sentinel", "rediss+sentinel":
+		o, err := parseSentinelParts(p)
+		return redisTarget{failover: o}, err
+	}
+	return redisTarget{}, fmt.Errorf("unknown scheme %q", p.scheme)
+}
+
+// parseClusterParts turns the seed list into go-redis's form
+// (redis://h1:p1?addr=h2:p2&addr=h3:p3) and parses that.
+func parseClusterParts(p urlParts) (*redis.ClusterOptions, error) {
+	q := cloneValues(p.query)
+	db := strings.Trim(p.path, "/")
+	if q.Has("db") {
+		db = q.Get("db")
+		q.Del("db")
+	}
+	if db != "" && db != "0" {
+		return nil, clusterDBError(db)
+	}
+	addrs := q["addr"]
+	q.Del("addr")
+	for _, h := range p.hosts[1:] {
+		q.Add("addr", h)
+	}
+	for _, a := range addrs {
+		q.Add("addr", a)
+	}
+	return redis.ParseClusterURL(buildURL(p.scheme, p.user, p.hosts[0], "", q))
+}
+
+func clusterDBError(db string) error {
+	return fmt.Errorf("database %s with a Redis Cluster, which has only database 0: drop the /%s (or ?db=%s) from the URL", db, db, db)
+}
+
+// parseSentinelParts turns redis+sentinel://[user:pw@]s1,s2/master[/db] into
+// go-redis's form (redis://s1/db?master_name=master&addr=s2) and parses
+// that. go-redis would use the URL's user and password for the sentinels;
+// here they are the data nodes' (what the application's data needs), and
+// the sentinels' come from ?sentinel_username= and ?sentinel_password=.
+func parseSentinelParts(p urlParts) (*redis.FailoverOptions, error) {
+	q := cloneValues(p.query)
+	var segs []string
+	for s := range strings.SplitSeq(strings.Trim(p.path, "/"), "/") {
+		if s != "" {
+			segs = append(segs, s)
+		}
+	}
+	master, db := q.Get("master_name"), ""
+	q.Del("master_name")
+	switch len(segs) {
+	case 0:
+	case 1, 2:
+		name, err := url.PathUnescape(segs[0])
+		if err != nil {
+			return nil, fmt.Errorf("master name %q: %w", segs[0], err)
+		}
+		if master != "" && master != name {
+			return nil, fmt.Errorf("two master names, %q in the path and %q in ?master_name=", name, master)
+		}
+		master = name
+		if len(segs) == 2 {
+			db = segs[1]
+		}
+	default:
+		return nil, fmt.Errorf("path %q: want /master or /master/db", p.path)
+	}
+	if master == "" {
+		return nil, errors.New("no master name: Sentinel URLs name the monitored master after the sentinel addresses, e.g. redis+sentinel://host1:26379,host2:26379/mymaster")
+	}
+	if db != "" {
+		if _, err := strconv.Atoi(db); err != nil {
+			return nil, fmt.Errorf("database %q is not a number", db)
+		}
+	}
+	sentinelUser, sentinelPassword := q.Get("sentinel_username"), q.Get("sentinel_password")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	q.Set("master_name", master)
+	for _, h := range p.hosts[1:] {
+		q.Add("addr", h)
+	}
+	path := ""
+	if db != "" {
+		path = "/" + db
+	}
+	o, err := redis.ParseFailoverURL(buildURL(strings.TrimSuffix(p.scheme, "+sentinel"), "", p.hosts[0], path, q))
+	if err != nil {
+		return nil, err
+	}
+	if p.user != "" {
+		if o.Username != "" || o.Password != "" {
+			return nil, errors.New("credentials given twice, before the @ and in ?username= or ?password=")
+		}
+		u, err := url.Parse("redis://" + p.user + "localhost")
+		if err != nil {
+			return nil, fmt.Errorf("user and password: %w", err)
+		}
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPassword
+	return o, nil
+}
+
+// askSentinels explains a failed Sentinel connection: go-redis often says
+// only "context deadline exceeded". It asks every sentinel, at once and
+// briefly (the caller's context may be spent), for the master's address.
+func askSentinels(o *redis.FailoverOptions) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	answers := make([]string, len(o.SentinelAddrs))
+	var wg sync.WaitGroup
+	for i, addr := range o.SentinelAddrs {
+		wg.Go(func() {
+			c := redis.NewClient(&redis.Options{
+				Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword,
+				TLSConfig: o.TLSConfig, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second,
+			})
+			defer c.Close()
+			master, err := c.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", o.MasterName).StringSlice()
+			switch {
+			case errors.Is(err, redis.Nil):
+				answers[i] = fmt.Sprintf("sentinel %s does not monitor a master named %q", addr, o.MasterName)
+			case err != nil:
+				answers[i] = fmt.Sprintf("sentinel %s: %v", addr, err)
+			case len(master) == 2:
+				answers[i] = fmt.Sprintf("sentinel %s names master %s", addr, net.JoinHostPort(master[0], master[1]))
+			default:
+				answers[i] = fmt.Sprintf("sentinel %s: unexpected answer %q", addr, master)
+			}
+		})
+	}
+	wg.Wait()
+	return strings.Join(answers, "; ")
+}
+
+func cloneValues(v url.Values) url.Values {
+	out := make(url.Values, len(v))
+	for k, vs := range v {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// clusterEnabled reports whether the server behind rdb is a Cluster node.
+// A server that refuses INFO (an ACL without +info) counts as standalone.
+func clusterEnabled(ctx context.Context, rdb *redis.Client) (bool, error) {
+	info, err := rdb.Info(ctx, "cluster").Result()
+	if err != nil {
+		var reply redis.Error
+		if errors.As(err, &reply) {
+			return false, nil
+		}
+		return false, err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_enabled:"); ok {
+			return v == "1", nil
+		}
+	}
+	return false, nil
+}
+
+// clusterStateReloadInterval bounds how stale a Cluster client's slot map
+// may get without errors; go-redis's default is 60 s since v9.22 (10 s
+// before). The reload is one CLUSTER SLOTS.
+const clusterStateReloadInterval = 10 * time.Second
+
+func openCluster(ctx context.Context, opts *redis.ClusterOptions, rawURL string) (*redis.ClusterClient, error) {
+	if opts.ClusterStateReloadInterval == 0 {
+		opts.ClusterStateReloadInterval = clusterStateReloadInterval
+	}
+	rdb := redis.NewClusterClient(opts)
+	rdb.AddHook(reloadOnNodeError{rdb})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		hint := ""
+		if strings.Contains(err.Error(), "cluster support disabled") {
+			hint = " (not a Redis Cluster: for one standalone server give a single host:port)"
+		}
+		return nil, fmt.Errorf("rpr: connect to redis cluster at %s: %w%s", RedactURL(rawURL), err, hint)
 	}
 	return rdb, nil
 }
 
-// RedactURL hides the password of a Redis URL ("redis://user:****@host"),
-// so that the URL can appear in errors, logs and on screens.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+// reloadOnNodeError makes a Cluster client reload its slot map when a
+// command fails without a reply from Redis (connection refused, reset or
+// timed out). go-redis reloads on MOVED but not on these, so after a
+// failover it would keep sending a dead master's slots to the dead master
+// until the periodic reload (redis/go-redis#3979). The reload runs in the
+// background and concurrent ones coalesce, so a burst of failures costs a
+// few CLUSTER SLOTS.
+type reloadOnNodeError struct{ rdb *redis.ClusterClient }
+
+func (h reloadOnNodeError) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnNodeError) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if nodeUnreachable(err) {
+			h.rdb.ReloadState(ctx)
+		}
+		return err
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return strings.Replace(u.String(), "xxxxx", "****", 1)
 }
 
-// poolSize returns the connection pool size of rdb, or 0 when it cannot
-// be told (a UniversalClient of another kind).
+func (h reloadOnNodeError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if nodeUnreachable(c.Err()) {
+				h.rdb.ReloadState(ctx)
+				break
+			}
+		}
+		return err
+	}
+}
+
+// nodeUnreachable: err is not a reply from Redis (any reply, redis.Nil and
+// error replies included, means the node is there) nor the caller's doing.
+func nodeUnreachable(err error) bool {
+	if err == nil || errors.Is(err, redis.ErrClosed) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var reply redis.Error
+	return !errors.As(err, &reply)
+}
+
+// RedactURL hides the passwords of a Redis URL ("redis://user:****@host",
+// also ?password= and ?sentinel_password=), so that the URL can appear in
+// errors, logs and on screens. It works on every form Open accepts,
+// including host lists that are not valid URLs to net/url.
+func RedactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, tail := rest[:end], rest[end:]
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		if user, _, hasPassword := strings.Cut(authority[:at], ":"); hasPassword {
+			authority = user + ":****" + authority[at:]
+		}
+	}
+	if qi := strings.IndexByte(tail, '?'); qi >= 0 {
+		query, frag, hasFrag := strings.Cut(tail[qi+1:], "#")
+		params := strings.Split(query, "&")
+		for i, kv := range params {
+			k, _, _ := strings.Cut(kv, "=")
+			if name, err := url.QueryUnescape(k); err == nil && (name == "password" || name == "sentinel_password") {
+				params[i] = k + "=****"
+			}
+		}
+		tail = tail[:qi+1] + strings.Join(params, "&")
+		if hasFrag {
+			tail += "#" + frag
+		}
+	}
+	return scheme + "://" + authority + tail
+}
+
+// poolSize returns the connection pool size of rdb (per node for a
+// Cluster; a Sentinel failover client is a *redis.Client), or 0 when it
+// cannot be told (a UniversalClient of another kind).
 func poolSize(rdb redis.UniversalClient) int {
 	switch c := rdb.(type) {
 	case *redis.Client:
