@@ -114,7 +114,7 @@ process: handy to try the command, useless as a measurement.`,
 		return exitError{code: 2, cause: fmt.Errorf("%w (e.g. %s; see %s --help)", err, benchExample, c.CommandPath())}
 	})
 	f := cmd.Flags()
-	f.StringVar(&o.redisURL, "redis", "", "Redis URL (redis:// or rediss://); default: an embedded in-memory Redis, not representative")
+	f.StringVar(&o.redisURL, "redis", "", "Redis URL (redis://, rediss://, a Cluster seed list redis://h1:p1,h2:p2, or redis+sentinel://h1:p1/master); default: an embedded in-memory Redis, not representative")
 	f.StringVar(&o.prefix, "prefix", tunnel.DefaultPrefix, "key prefix the services use")
 	f.IntVarP(&o.concurrency, "concurrency", "c", 16, "callers, each with one call in flight")
 	f.DurationVarP(&o.duration, "duration", "d", 10*time.Second, "how long to load (after the warm-up)")

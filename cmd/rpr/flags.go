@@ -15,7 +15,7 @@ type redisFlags struct {
 }
 
 func (f *redisFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.url, "redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
+	cmd.Flags().StringVar(&f.url, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis://host:port/db, rediss:// (TLS), redis://h1:p1,h2:p2 (Cluster seed nodes) or redis+sentinel://h1:p1,h2:p2/master")
 	cmd.Flags().StringVar(&f.prefix, "prefix", tunnel.DefaultPrefix, "key prefix the services use")
 }
 
