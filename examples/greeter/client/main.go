@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
+	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis URL: redis://host:port/db, a Cluster seed list redis://h1:p1,h2:p2, or redis+sentinel://h1:p1,h2:p2/master")
 	name := flag.String("name", "world", "name to greet; calls are numbered NAME-0, NAME-1, ...")
 	count := flag.Int("count", 1, "number of calls")
 	concurrency := flag.Int("concurrency", 1, "calls in flight at once")

@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
+	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis URL: redis://host:port/db, a Cluster seed list redis://h1:p1,h2:p2, or redis+sentinel://h1:p1,h2:p2/master")
 	orders := flag.Int("orders", 10, "how many orders to enqueue")
 	first := flag.Int("first", 1, "number of the first order (order ids are ord-<n>)")
 	bad := flag.Bool("bad", false, "also enqueue one order the warehouse will refuse (quantity 0)")

@@ -25,7 +25,7 @@ import (
 )
 
 func main() {
-	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://)")
+	redisURL := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis URL: redis://host:port/db, a Cluster seed list redis://h1:p1,h2:p2, or redis+sentinel://h1:p1,h2:p2/master")
 	concurrency := flag.Int("concurrency", 16, "orders shipped at once")
 	failRate := flag.Float64("fail-rate", 0, "share of attempts that fail with UNAVAILABLE (0 to 1), to see retries")
 	flag.Parse()
