@@ -3,7 +3,11 @@ package tunnel
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,8 +27,10 @@ type LaneStatus struct {
 }
 
 // Lanes returns the status of every lane of service that some route names,
-// some live server serves, or that is the default, sorted by name with the
-// default first.
+// some live server serves, that still holds requests in some shard, or
+// that is the default, sorted by name with the default first. (Finding the
+// lanes that hold requests scans the keyspace: an operator's call, not one
+// for hot paths.)
 func Lanes(ctx context.Context, rdb redis.UniversalClient, prefix, service string) ([]LaneStatus, error) {
 	keys := keyspace{prefix: orDefaultPrefix(prefix)}
 	pipe := rdb.Pipeline()
@@ -51,6 +57,15 @@ func Lanes(ctx context.Context, rdb redis.UniversalClient, prefix, service strin
 		byLane[lane].LiveWorkers = n
 	}
 	shards := parseShardCount(count.Result())
+	held, err := lanesWithKeys(ctx, rdb, keys, service, shards)
+	if err != nil {
+		return nil, err
+	}
+	for _, lane := range held {
+		if byLane[lane] == nil {
+			byLane[lane] = &LaneStatus{Lane: lane}
+		}
+	}
 	out := make([]LaneStatus, 0, len(byLane))
 	for _, st := range byLane {
 		for shard := range shards {
@@ -69,6 +84,46 @@ func Lanes(ctx context.Context, rdb redis.UniversalClient, prefix, service strin
 		return out[i].Lane < out[j].Lane
 	})
 	return out, nil
+}
+
+// lanesWithKeys finds the lanes that have a request stream or retry set in
+// some shard of service, by SCAN (on every master of a Cluster).
+func lanesWithKeys(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, shards int) ([]string, error) {
+	var patterns []string
+	for shard := range shards {
+		tag := globEscape(keys.shard(service, shard).tag)
+		patterns = append(patterns, tag+":req:*", tag+":retry:*")
+	}
+	var mu sync.Mutex
+	found := map[string]bool{}
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		for _, pattern := range patterns {
+			iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				key := iter.Val()
+				lane := key[strings.LastIndex(key, ":")+1:]
+				if ValidateLane(lane) == nil {
+					mu.Lock()
+					found[lane] = true
+					mu.Unlock()
+				}
+			}
+			if err := iter.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rpr: find the lanes of %s: %w", service, err)
+	}
+	return slices.Sorted(maps.Keys(found)), nil
 }
 
 // knownLanes lists the lanes of service that routes name or workers serve,

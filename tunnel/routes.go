@@ -100,6 +100,9 @@ func ParseRouteRule(spec string) (RouteRule, error) {
 			rule.Match[key] = strings.TrimSpace(value)
 		}
 	}
+	if !hasMatch && strings.Contains(lanes, "=") {
+		return RouteRule{}, fmt.Errorf("route rule %q: a header match needs \"=> lane\" after it (e.g. %q)", spec, strings.TrimSpace(lanes)+" => v2")
+	}
 	for _, part := range strings.Split(lanes, ",") {
 		part = strings.TrimSpace(part)
 		lane, weightText, weighted := strings.Cut(part, ":")
@@ -396,12 +399,14 @@ func (t *RouteTable) Set(ctx context.Context, pattern string, rules []RouteRule)
 	if len(rules) == 0 {
 		return fmt.Errorf("route %s: no rules (to remove the route, use Remove / `rpr routes rm`)", pattern)
 	}
+	rules = slices.Clone(rules) // the caller's rules stay as they were
 	for i := range rules {
+		match := make(map[string]string, len(rules[i].Match))
 		for k, v := range rules[i].Match { // header keys are case-insensitive
-			if lower := strings.ToLower(k); lower != k {
-				delete(rules[i].Match, k)
-				rules[i].Match[lower] = v
-			}
+			match[strings.ToLower(k)] = v
+		}
+		if len(match) > 0 {
+			rules[i].Match = match
 		}
 		if err := rules[i].validate(); err != nil {
 			return fmt.Errorf("route %s, rule %d: %w", pattern, i+1, err)

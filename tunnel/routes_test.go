@@ -302,6 +302,11 @@ func TestDrainRemovedLane(t *testing.T) {
 	if _, err := table.Remove(context.Background(), lanesService+"/Job"); err != nil {
 		t.Fatal(err)
 	}
+	// Neither routed nor served, the lane is still listed while it holds
+	// requests.
+	if got := laneQueued(t, rdb, "v2"); got != n {
+		t.Fatalf("Lanes lists v2 with %d requests after its route went, want %d", got, n)
+	}
 	res, err := tunnel.DrainLane(context.Background(), rdb, "", lanesService, "v2", tunnel.DefaultLane)
 	if err != nil {
 		t.Fatal(err)

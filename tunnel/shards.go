@@ -99,6 +99,10 @@ func parseShardCount(raw string, err error) int {
 	return n
 }
 
+// ErrShardsHoldRequests is what SetShardCount's refusal wraps: lowering
+// the shard count would strand requests. Test for it with errors.Is.
+var ErrShardsHoldRequests = errors.New("shards that would go still hold requests")
+
 // ShardCount returns the number of shards recorded for service under
 // prefix ("" for DefaultPrefix): 1 when the service is not sharded.
 func ShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (int, error) {
@@ -111,11 +115,14 @@ func ShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service 
 }
 
 // SetShardCount changes the number of shards of service. Raising it is
-// always safe. Lowering it is refused while any shard that would go still
-// holds a request (queued, running or waiting for a retry, in any lane);
-// drain those first: stop the clients, or route elsewhere, and wait for
-// `rpr stats` to show them empty. Clients and servers pick the new count
-// up within a second.
+// always safe. Lowering it is refused, with an error wrapping
+// ErrShardsHoldRequests, while any shard that would go still holds a
+// request (queued, running or waiting for a retry, in any lane); drain
+// those first: stop the clients, or route elsewhere, and wait for `rpr
+// stats` to show them empty. Clients and servers pick the new count up
+// within a second. (The check and the change are two steps, as the keys
+// live in different slots: a request a client sends in between still
+// lands in a shard that the running servers keep reading.)
 func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service string, n int) error {
 	if err := validShards(n); err != nil {
 		return fmt.Errorf("rpr: %s: %w", service, err)
@@ -136,7 +143,7 @@ func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 				return err
 			}
 			if held > 0 {
-				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d still holds %d requests, which would be stranded; let it drain (stop sending, wait for `rpr stats` to show it empty) and try again", service, current, n, shard, held)
+				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d still holds %d requests, which would be stranded (%w); let it drain (stop sending, wait for `rpr stats` to show the service empty) and try again", service, current, n, shard, held, ErrShardsHoldRequests)
 			}
 		}
 	}
