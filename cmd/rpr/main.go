@@ -45,6 +45,6 @@ Start with "rpr demo".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCommand(), newHealthCommand(), newLsCommand(), newDescribeCommand(), newCallCommand(), newStatsCommand(), newTopCommand(), newTraceCommand(), newDlqCommand(), newBenchCommand(), newLimitsCommand())
+	root.AddCommand(newDemoCommand(), newHealthCommand(), newLsCommand(), newDescribeCommand(), newCallCommand(), newStatsCommand(), newTopCommand(), newTraceCommand(), newDlqCommand(), newBenchCommand(), newLimitsCommand(), newRoutesCommand(), newShardsCommand())
 	return root
 }

@@ -1,0 +1,175 @@
+package main
+
+// rpr shards: read and change the number of shards recorded for a service
+// (see tunnel/shards.go), the count every client and server follows.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+func newShardsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "shards",
+		Short: "Show or change the number of shards of a service",
+		Long: `shards reads and changes how many shards a service's queues are spread over:
+hash tags {S} (shard 0) and {S#1} ... {S#N-1}, so that a Redis Cluster
+spreads the service over its masters. The count recorded in Redis
+(rpr:v1:{S}:shards) is the one clients and servers follow, within a second.
+
+A process built with (rpr.v1.service).shards, or ClientOptions /
+ServerOptions.Shards, above the recorded count raises it as it starts:
+raising needs no command. Lowering is done with rpr shards set, which
+refuses while a shard that would go still holds requests. See the README's
+"Changing the shard count" for the procedure.`,
+		Example: `  rpr shards get examples.orders.v1.Orders
+  rpr shards set examples.orders.v1.Orders 4`,
+		Args:                       cobra.ArbitraryArgs,
+		SuggestionsMinimumDistance: 2,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			hint := "get or set"
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				hint = "did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return exitError{code: 2, cause: fmt.Errorf("unknown command %q for \"rpr shards\": %s (rpr shards --help)", args[0], hint)}
+		},
+	}
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return exitError{code: 2, cause: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+	})
+	cmd.AddCommand(newShardsGetCommand(), newShardsSetCommand())
+	return cmd
+}
+
+func newShardsGetCommand() *cobra.Command {
+	var rf redisFlags
+	var timeout time.Duration
+	const example = "rpr shards get examples.orders.v1.Orders"
+	cmd := &cobra.Command{
+		Use:               "get SERVICE",
+		Short:             "Print the number of shards recorded for a service",
+		Long:              `get prints the number of shards recorded for a service: 1 when none is recorded (the service is not sharded).`,
+		Example:           "  " + example,
+		Args:              dlqArgs(1, 1, "rpr shards get SERVICE, e.g. "+example),
+		ValidArgsFunction: completeServices(&rf, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkServiceName(args[0], example); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			rdb, err := rf.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			n, err := tunnel.ShardCount(ctx, rdb, rf.prefix, args[0])
+			if err != nil {
+				return exitError{code: 2, cause: err}
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s: %d shard%s\n", args[0], n, plural(n))
+			if n == 1 {
+				if hint := unknownServiceHint(ctx, rdb, rf.prefix, args[0]); hint != "" {
+					fmt.Fprintf(out, "note: %s\n", hint)
+				}
+			}
+			return nil
+		},
+	}
+	rf.register(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up on Redis after this long")
+	return cmd
+}
+
+func newShardsSetCommand() *cobra.Command {
+	var rf redisFlags
+	var timeout time.Duration
+	const usage = "rpr shards set SERVICE N, e.g. rpr shards set examples.orders.v1.Orders 4"
+	cmd := &cobra.Command{
+		Use:   "set SERVICE N",
+		Short: "Change the number of shards of a service",
+		Long: fmt.Sprintf(`set records N (1 to %d) as the number of shards of SERVICE; clients and
+servers follow within a second.
+
+Raising is always safe: the new shards start empty, and servers start
+reading them within a second.
+
+Lowering is refused, with exit status 1, while a shard that would go still
+holds a request (queued, running, or an async request waiting for a retry
+or its time, in any lane): let them drain and try again. Servers that are
+running keep reading the removed shards until they stop, so what a client
+sent just before the change is still served.
+
+Either way, async requests with an idempotency key go to the shard their
+key hashes to, so changing N moves keys to other shards, where a duplicate
+of a request sent before the change is not recognised: change N when no
+such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
+		Example: `  rpr shards set examples.orders.v1.Orders 4
+  rpr shards set examples.orders.v1.Orders 1`,
+		Args:              dlqArgs(2, 2, usage),
+		ValidArgsFunction: completeServices(&rf, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			service := args[0]
+			if err := checkServiceName(service, usage); err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(args[1]))
+			if err != nil || n < 1 || n > tunnel.MaxShards {
+				return exitError{code: 2, cause: fmt.Errorf("N %q: want a whole number of shards from 1 to %d, e.g. %s %s 4", args[1], tunnel.MaxShards, "rpr shards set", service)}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			rdb, err := rf.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			current, err := tunnel.ShardCount(ctx, rdb, rf.prefix, service)
+			if err != nil {
+				return exitError{code: 2, cause: err}
+			}
+			out := cmd.OutOrStdout()
+			if n == current {
+				fmt.Fprintf(out, "%s: already %d shard%s; nothing changed\n", service, n, plural(n))
+				return nil
+			}
+			if err := tunnel.SetShardCount(ctx, rdb, rf.prefix, service, n); err != nil {
+				// The library's refusal is the one error that is not
+				// Redis failing: the change is possible later.
+				if msg := err.Error(); strings.Contains(msg, "refusing") {
+					return exitError{code: 1, cause: fmt.Errorf("%s (nothing changed; see the README's \"Changing the shard count\")", strings.TrimPrefix(msg, "rpr: "))}
+				}
+				return exitError{code: 2, cause: err}
+			}
+			fmt.Fprintf(out, "%s: %d -> %d shards; clients and servers follow within a second\n", service, current, n)
+			if n > current {
+				fmt.Fprintf(out, "  each server holds one more blocking read per added shard and lane it serves, each client one more per shard it gets answers from: check pool_size where a process serves or calls many services\n")
+			} else {
+				removed := fmt.Sprintf("shards %d-%d", n, current-1)
+				if n == current-1 {
+					removed = fmt.Sprintf("shard %d", n)
+				}
+				fmt.Fprintf(out, "  running servers keep reading %s until they stop; a process configured for more than %d shard%s ((rpr.v1.service).shards or the Shards options) raises the count again when it starts: deploy the lower setting too\n", removed, n, plural(n))
+			}
+			fmt.Fprintf(out, "  async requests with an idempotency key now map to other shards: a duplicate of one sent before the change may run again\n")
+			if hint := unknownServiceHint(ctx, rdb, rf.prefix, service); hint != "" {
+				fmt.Fprintf(out, "note: %s\n", hint)
+			}
+			return nil
+		},
+	}
+	rf.register(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "give up on Redis after this long")
+	return cmd
+}
