@@ -89,6 +89,7 @@ func (r *serveRun) asyncOutcome(q *queue, req *received, resp *responseEnvelope,
 		"replays", strconv.Itoa(env.Replays),
 		"enqueued_ms", strconv.FormatInt(env.Enqueued, 10),
 		"worker", s.opts.WorkerID,
+		"lane", laneName0(s.opts.Lane), // q's lane: where a replay queues it again
 	})
 	return &completion{action: "dead", target: q.keys.deadLetters(), final: stateDead, ttl: window,
 		resp: respRaw, env: original, extra: string(fields)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -11,12 +12,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DeadLetterQueue reads and manages one service's dead-letter stream: the
-// async requests that failed their last attempt (or failed permanently),
-// and entries no server could decode. It is what `rpr dlq` drives; nothing
-// in it runs on the hot path. Entries stay until replayed or dropped: rpr
-// never trims the dead-letter stream, so watch its length (the
-// rpr.queue.dead_letters gauge) and alert on growth.
+// DeadLetterQueue reads and manages one service's dead letters: the async
+// requests that failed their last attempt (or failed permanently), and
+// entries no server could decode. It is what `rpr dlq` drives; nothing in
+// it runs on the hot path. Entries stay until replayed or dropped: rpr
+// never trims the dead-letter streams, so watch their length (the
+// rpr.dlq.length gauge) and alert on growth.
+//
+// Each shard of a service has its own dead-letter stream (all lanes of the
+// shard share it); a DeadLetterQueue covers all the shards recorded for
+// the service (ShardCount), listing their letters merged by failure time.
 type DeadLetterQueue struct {
 	rdb     redis.UniversalClient
 	keys    keyspace
@@ -26,17 +31,26 @@ type DeadLetterQueue struct {
 // NewDeadLetterQueue returns the dead-letter queue of service under prefix
 // ("" for DefaultPrefix).
 func NewDeadLetterQueue(rdb redis.UniversalClient, prefix, service string) *DeadLetterQueue {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	return &DeadLetterQueue{rdb: rdb, keys: keyspace{prefix: prefix}, service: service}
+	return &DeadLetterQueue{rdb: rdb, keys: keyspace{prefix: orDefaultPrefix(prefix)}, service: service}
 }
 
 // DeadLetter is one entry of a dead-letter stream.
 type DeadLetter struct {
-	// EntryID is the dead letter's id in the dead-letter stream; replay
-	// and drop take it.
+	// EntryID names the dead letter for Get, Replay and Drop. Stream entry
+	// ids are unique only within one stream, so it is the entry's id in
+	// its shard's dead-letter stream ("1764434400123-0") for shard 0, the
+	// only shard of an unsharded service, and "<shard>/<id>"
+	// ("2/1764434400123-0") for the other shards (see ParseDeadLetterID).
 	EntryID string
+	// Shard is the shard whose dead-letter stream holds it, Stream that
+	// stream's key and StreamID the entry's id in it.
+	Shard    int
+	Stream   string
+	StreamID string
+	// Lane is the lane whose server dead-lettered it, where Replay queues
+	// it again; DefaultLane when the entry does not say (entries no server
+	// could decode, and those written before lanes were recorded).
+	Lane string
 	// RequestID, Key and Method identify the request; empty when its
 	// envelope could not be decoded.
 	RequestID string
@@ -102,17 +116,91 @@ func (f DeadLetterFilter) matches(dl *DeadLetter, now time.Time) bool {
 // dlqPage is how many entries one XRANGE of a scan reads.
 const dlqPage = 500
 
-// Len returns how many dead letters the service has.
-func (q *DeadLetterQueue) Len(ctx context.Context) (int64, error) {
-	n, err := q.rdb.XLen(ctx, q.keys.shard(q.service, 0).deadLetters()).Result()
-	if err != nil {
-		return 0, fmt.Errorf("rpr: length of %s: %w", q.keys.shard(q.service, 0).deadLetters(), err)
+// streamIDPattern matches a stream entry id, or its time part alone.
+var streamIDPattern = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)
+
+// ErrBadDeadLetterID is wrapped by the error for an id that is no dead
+// letter id.
+var ErrBadDeadLetterID = errors.New("not a dead letter id")
+
+// ParseDeadLetterID splits a DeadLetter.EntryID into its shard and its id
+// in that shard's dead-letter stream: "1764434400123-0" is shard 0's,
+// "2/1764434400123-0" shard 2's ("0/..." is accepted for shard 0). The
+// stream id may omit its sequence number ("1764434400123"), as Redis
+// allows.
+func ParseDeadLetterID(id string) (shard int, streamID string, err error) {
+	bad := func(why string) (int, string, error) {
+		return 0, "", fmt.Errorf("rpr: dead letter id %q: %s; want an entry id as `rpr dlq ls` prints it: 1764434400123-0, or 2/1764434400123-0 for shard 2 of a sharded service: %w", id, why, ErrBadDeadLetterID)
 	}
-	return n, nil
+	streamID = id
+	if prefix, rest, ok := strings.Cut(id, "/"); ok {
+		n, convErr := strconv.Atoi(prefix)
+		if convErr != nil || n < 0 || prefix != strconv.Itoa(n) {
+			return bad(fmt.Sprintf("shard %q is not a number", prefix))
+		}
+		if n >= MaxShards {
+			return bad(fmt.Sprintf("shard %d is out of range (a service has at most %d shards)", n, MaxShards))
+		}
+		shard, streamID = n, rest
+	}
+	if !streamIDPattern.MatchString(streamID) {
+		return bad(fmt.Sprintf("%q is not a stream entry id", streamID))
+	}
+	return shard, streamID, nil
 }
 
-// List returns the dead letters that pass filter, oldest first, at most
-// limit of them (0 for all).
+// deadLetterID is the EntryID of the entry streamID of shard.
+func deadLetterID(shard int, streamID string) string {
+	if shard == 0 {
+		return streamID
+	}
+	return strconv.Itoa(shard) + "/" + streamID
+}
+
+// shards returns the service's recorded shard count.
+func (q *DeadLetterQueue) shards(ctx context.Context) (int, error) {
+	return ShardCount(ctx, q.rdb, q.keys.prefix, q.service)
+}
+
+// Streams returns the keys of the service's dead-letter streams, one per
+// recorded shard, shard 0's first.
+func (q *DeadLetterQueue) Streams(ctx context.Context) ([]string, error) {
+	n, err := q.shards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, n)
+	for shard := range n {
+		keys[shard] = q.keys.shard(q.service, shard).deadLetters()
+	}
+	return keys, nil
+}
+
+// Len returns how many dead letters the service has, over all its shards.
+func (q *DeadLetterQueue) Len(ctx context.Context) (int64, error) {
+	keys, err := q.Streams(ctx)
+	if err != nil {
+		return 0, err
+	}
+	pipe := q.rdb.Pipeline()
+	lens := make([]*redis.IntCmd, len(keys))
+	for i, key := range keys {
+		lens[i] = pipe.XLen(ctx, key)
+	}
+	_, _ = pipe.Exec(ctx)
+	var total int64
+	for i, cmd := range lens {
+		if err := cmd.Err(); err != nil {
+			return 0, fmt.Errorf("rpr: length of %s: %w", keys[i], err)
+		}
+		total += cmd.Val()
+	}
+	return total, nil
+}
+
+// List returns the dead letters that pass filter, oldest first (by the
+// time they were dead-lettered, over all shards), at most limit of them (0
+// for all).
 func (q *DeadLetterQueue) List(ctx context.Context, filter DeadLetterFilter, limit int) ([]DeadLetter, error) {
 	var out []DeadLetter
 	err := q.scan(ctx, filter, func(dl DeadLetter) bool {
@@ -122,51 +210,122 @@ func (q *DeadLetterQueue) List(ctx context.Context, filter DeadLetterFilter, lim
 	return out, err
 }
 
-// scan calls fn with each dead letter that passes filter, oldest first,
-// until fn returns false.
-func (q *DeadLetterQueue) scan(ctx context.Context, filter DeadLetterFilter, fn func(DeadLetter) bool) error {
-	key := q.keys.shard(q.service, 0).deadLetters()
-	now, err := q.rdb.Time(ctx).Result()
-	if err != nil {
-		return fmt.Errorf("rpr: read Redis time: %w", err)
-	}
-	start := "-"
-	for {
-		msgs, err := q.rdb.XRangeN(ctx, key, start, "+", dlqPage).Result()
-		if err != nil {
-			return fmt.Errorf("rpr: read %s: %w", key, err)
-		}
-		for _, m := range msgs {
-			dl := parseDeadLetter(m)
-			if filter.matches(&dl, now) && !fn(dl) {
-				return nil
-			}
-		}
-		if len(msgs) < dlqPage {
-			return nil
-		}
-		start = "(" + msgs[len(msgs)-1].ID
+// dlqCursor pages through one shard's dead-letter stream for scan.
+type dlqCursor struct {
+	shard int
+	key   string
+	buf   []redis.XMessage
+	start string // XRANGE start of the next page; "" when read to the end
+}
+
+// page takes the result of reading the cursor's next page.
+func (c *dlqCursor) page(msgs []redis.XMessage) {
+	c.buf = msgs
+	c.start = ""
+	if len(msgs) == dlqPage {
+		c.start = "(" + msgs[len(msgs)-1].ID
 	}
 }
 
-// ErrNoDeadLetter is returned by Get for an entry the stream does not have.
+// scan calls fn with each dead letter that passes filter, oldest first,
+// until fn returns false. Each shard's stream is in the order its letters
+// failed (entries are added as they fail); scan merges the shards' streams
+// by failure time (the failed_ms field, stamped with Redis's clock; the
+// entry id's time for entries without one), ties going to the lower shard.
+func (q *DeadLetterQueue) scan(ctx context.Context, filter DeadLetterFilter, fn func(DeadLetter) bool) error {
+	keys, err := q.Streams(ctx)
+	if err != nil {
+		return err
+	}
+	pipe := q.rdb.Pipeline()
+	timeCmd := pipe.Time(ctx)
+	cursors := make([]*dlqCursor, len(keys))
+	first := make([]*redis.XMessageSliceCmd, len(keys))
+	for shard, key := range keys {
+		cursors[shard] = &dlqCursor{shard: shard, key: key}
+		first[shard] = pipe.XRangeN(ctx, key, "-", "+", dlqPage)
+	}
+	_, _ = pipe.Exec(ctx)
+	now, err := timeCmd.Result()
+	if err != nil {
+		return fmt.Errorf("rpr: read Redis time: %w", err)
+	}
+	for shard, cmd := range first {
+		msgs, err := cmd.Result()
+		if err != nil {
+			return fmt.Errorf("rpr: read %s: %w", keys[shard], err)
+		}
+		cursors[shard].page(msgs)
+	}
+	for {
+		var next *dlqCursor
+		for _, c := range cursors {
+			if len(c.buf) == 0 && c.start != "" {
+				msgs, err := q.rdb.XRangeN(ctx, c.key, c.start, "+", dlqPage).Result()
+				if err != nil {
+					return fmt.Errorf("rpr: read %s: %w", c.key, err)
+				}
+				c.page(msgs)
+			}
+			if len(c.buf) > 0 && (next == nil || failedBefore(c.buf[0], next.buf[0])) {
+				next = c
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		m := next.buf[0]
+		next.buf = next.buf[1:]
+		dl := parseDeadLetter(m, next.shard, next.key)
+		if filter.matches(&dl, now) && !fn(dl) {
+			return nil
+		}
+	}
+}
+
+// failedBefore reports whether dead-letter entry a failed before b (of
+// another shard).
+func failedBefore(a, b redis.XMessage) bool {
+	return failedMillis(a) < failedMillis(b)
+}
+
+// failedMillis is when a dead-letter entry failed, in Redis unix ms: its
+// failed_ms field, else the time in its entry id.
+func failedMillis(m redis.XMessage) int64 {
+	if raw, _ := m.Values["failed_ms"].(string); raw != "" {
+		if ms, err := strconv.ParseInt(raw, 10, 64); err == nil && ms > 0 {
+			return ms
+		}
+	}
+	ms, _ := streamIDMillis(m.ID)
+	return ms
+}
+
+// ErrNoDeadLetter is returned by Get for an entry the service does not have.
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
-// Get returns one dead letter by its entry id, or by its request id.
+// Get returns one dead letter by its entry id (DeadLetter.EntryID: "id" or
+// "shard/id") or by its request id. An entry id names its shard, so Get
+// finds it also in a shard beyond the recorded count (left there when the
+// count was lowered).
 func (q *DeadLetterQueue) Get(ctx context.Context, id string) (DeadLetter, error) {
-	key := q.keys.shard(q.service, 0).deadLetters()
-	if _, err := ParseRequestID(id); err != nil {
-		msgs, err := q.rdb.XRangeN(ctx, key, id, id, 1).Result()
+	shard, streamID, err := ParseDeadLetterID(id)
+	if err == nil {
+		key := q.keys.shard(q.service, shard).deadLetters()
+		msgs, err := q.rdb.XRangeN(ctx, key, streamID, streamID, 1).Result()
 		if err != nil {
-			return DeadLetter{}, fmt.Errorf("rpr: read %s entry %s: %w (pass an entry id such as 1764434400123-0, or a request id)", key, id, err)
+			return DeadLetter{}, fmt.Errorf("rpr: read %s entry %s: %w", key, streamID, err)
 		}
 		if len(msgs) == 0 {
-			return DeadLetter{}, fmt.Errorf("rpr: %s has no entry %s: %w", key, id, ErrNoDeadLetter)
+			return DeadLetter{}, fmt.Errorf("rpr: %s has no entry %s: %w", key, streamID, ErrNoDeadLetter)
 		}
-		return parseDeadLetter(msgs[0]), nil
+		return parseDeadLetter(msgs[0], shard, key), nil
+	}
+	if _, reqErr := ParseRequestID(id); reqErr != nil {
+		return DeadLetter{}, fmt.Errorf("rpr: %q is neither a dead letter's entry id (1764434400123-0, or 2/1764434400123-0 in shard 2) nor a request id (20261129-ORD1-1764434400123-K7P2QXM4RT): %w", id, ErrBadDeadLetterID)
 	}
 	var found *DeadLetter
-	err := q.scan(ctx, DeadLetterFilter{}, func(dl DeadLetter) bool {
+	err = q.scan(ctx, DeadLetterFilter{}, func(dl DeadLetter) bool {
 		if dl.RequestID == id {
 			found = &dl
 		}
@@ -176,17 +335,22 @@ func (q *DeadLetterQueue) Get(ctx context.Context, id string) (DeadLetter, error
 		return DeadLetter{}, err
 	}
 	if found == nil {
-		return DeadLetter{}, fmt.Errorf("rpr: %s has no dead letter of request %s: %w", key, id, ErrNoDeadLetter)
+		return DeadLetter{}, fmt.Errorf("rpr: %s has no dead letter of request %s: %w", q.service, id, ErrNoDeadLetter)
 	}
 	return *found, nil
 }
 
-// parseDeadLetter reads a dead-letter entry; fields it lacks stay zero.
-func parseDeadLetter(m redis.XMessage) DeadLetter {
+// parseDeadLetter reads entry m of shard's dead-letter stream key; fields
+// it lacks stay zero.
+func parseDeadLetter(m redis.XMessage, shard int, key string) DeadLetter {
 	str := func(field string) string { s, _ := m.Values[field].(string); return s }
 	num := func(field string) int64 { n, _ := strconv.ParseInt(str(field), 10, 64); return n }
 	dl := DeadLetter{
-		EntryID:  m.ID,
+		EntryID:  deadLetterID(shard, m.ID),
+		Shard:    shard,
+		Stream:   key,
+		StreamID: m.ID,
+		Lane:     laneName0(str("lane")),
 		Error:    str("error"),
 		Reason:   str("reason"),
 		Attempts: int(num("attempts")),
@@ -235,32 +399,70 @@ type ReplayResult struct {
 	// Gone were no longer in the dead-letter stream (replayed or dropped by
 	// someone else meanwhile).
 	Gone int
-	// Skipped cannot be replayed (not async, or undecodable), by entry id
-	// with the reason; they stay in the dead-letter stream.
+	// Skipped cannot be replayed (not async, undecodable, or in a shard
+	// no server reads any more), by entry id with the reason; they stay in
+	// the dead-letter stream.
 	Skipped map[string]string
+	// Rerouted counts, by the lane they were dead-lettered in, the letters
+	// queued in the default lane instead, because their lane has no live
+	// server any more (its requests would wait there for one that may
+	// never come). They are counted in Replayed, AlreadySucceeded or Gone
+	// too.
+	Rerouted map[string]int
 }
 
 // replayBatch is how many dead letters one run of replayScript moves.
 const replayBatch = 100
 
+// replayTarget is where a batch of replayed letters goes: one shard's
+// dead-letter stream and one of its lanes' request stream.
+type replayTarget struct {
+	shard int
+	lane  string
+}
+
 // Replay queues dead letters again, each atomically with its removal from
-// the dead-letter stream, so a crash mid-way neither loses nor duplicates
+// its dead-letter stream, so a crash mid-way neither loses nor duplicates
 // one. Attempts start over at 1 and the replay is counted in the envelope.
+//
+// A letter goes back to the shard it came from (where its idempotency
+// key's state is) and to the lane it was dead-lettered in, unless that
+// lane has no live server now: then to the default lane, counted in
+// ReplayResult.Rerouted. Letters of a shard beyond the recorded count are
+// skipped: no server reads that shard any more.
+//
 // progress, when not nil, is called after each batch with how many of
 // letters have been dealt with.
 func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, progress func(done int)) (ReplayResult, error) {
-	res := ReplayResult{Skipped: map[string]string{}}
-	now, err := q.rdb.Time(ctx).Result()
+	res := ReplayResult{Skipped: map[string]string{}, Rerouted: map[string]int{}}
+	pipe := q.rdb.Pipeline()
+	timeCmd := pipe.Time(ctx)
+	beats := pipe.HGetAll(ctx, q.keys.workers(q.service))
+	count := pipe.Get(ctx, q.keys.shardCount(q.service))
+	_, _ = pipe.Exec(ctx)
+	now, err := timeCmd.Result()
 	if err != nil {
 		return res, fmt.Errorf("rpr: read Redis time: %w", err)
 	}
-	var batch []DeadLetter
+	if err := beats.Err(); err != nil {
+		return res, fmt.Errorf("rpr: read the workers of %s: %w", q.service, err)
+	}
+	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return res, fmt.Errorf("rpr: read the shard count of %s: %w", q.service, err)
+	}
+	shards := parseShardCount(count.Result())
+	live := liveWorkersByLane(beats.Val(), now.UnixMilli())
+
+	batches := map[replayTarget][]DeadLetter{}
+	var order []replayTarget // targets in order of first use, for a stable flush order
 	done := 0
-	flush := func() error {
+	flush := func(to replayTarget) error {
+		batch := batches[to]
 		if len(batch) == 0 {
 			return nil
 		}
-		keys := []string{q.keys.shard(q.service, 0).deadLetters(), q.keys.shard(q.service, 0).requests("")}
+		sk := q.keys.shard(q.service, to.shard)
+		keys := []string{sk.deadLetters(), sk.requests(to.lane)}
 		args := make([]any, 0, 2*len(batch))
 		for _, dl := range batch {
 			env := wireForm(dl.envelope)
@@ -269,12 +471,12 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 			if err != nil {
 				return err
 			}
-			keys = append(keys, q.keys.shard(q.service, 0).state(dl.envelope.Key))
-			args = append(args, dl.EntryID, raw)
+			keys = append(keys, sk.state(dl.envelope.Key))
+			args = append(args, dl.StreamID, raw)
 		}
 		out, err := replayScript.Run(ctx, q.rdb, keys, args...).StringSlice()
 		if err != nil {
-			return fmt.Errorf("rpr: replay dead letters of %s: %w", q.service, err)
+			return fmt.Errorf("rpr: replay dead letters of %s (shard %d, lane %s): %w", q.service, to.shard, to.lane, err)
 		}
 		for _, verdict := range out {
 			switch verdict {
@@ -287,7 +489,7 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 			}
 		}
 		done += len(batch)
-		batch = batch[:0]
+		batches[to] = batch[:0]
 		if progress != nil {
 			progress(done)
 		}
@@ -299,10 +501,21 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 			res.Skipped[dl.EntryID] = "its envelope does not decode (" + dl.DecodeError + "); drop it"
 		case !dl.Async:
 			res.Skipped[dl.EntryID] = "a unary request: its caller stopped waiting long ago; drop it"
+		case dl.Shard >= shards:
+			res.Skipped[dl.EntryID] = fmt.Sprintf("it is in shard %d, but %s has %d shard(s) now, so no server would read it there; raise the shard count to %d or more (`rpr shards set`) to replay it, or drop it", dl.Shard, q.service, shards, dl.Shard+1)
 		default:
-			batch = append(batch, dl)
-			if len(batch) == replayBatch {
-				if err := flush(); err != nil {
+			lane := laneName0(dl.Lane)
+			if lane != DefaultLane && live[lane] == 0 {
+				res.Rerouted[lane]++
+				lane = DefaultLane
+			}
+			to := replayTarget{shard: dl.Shard, lane: lane}
+			if _, seen := batches[to]; !seen {
+				order = append(order, to)
+			}
+			batches[to] = append(batches[to], dl)
+			if len(batches[to]) == replayBatch {
+				if err := flush(to); err != nil {
 					return res, err
 				}
 			}
@@ -310,8 +523,10 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 		}
 		done++
 	}
-	if err := flush(); err != nil {
-		return res, err
+	for _, to := range order {
+		if err := flush(to); err != nil {
+			return res, err
+		}
 	}
 	if progress != nil {
 		progress(done)
@@ -319,19 +534,46 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 	return res, nil
 }
 
-// Drop deletes dead letters by entry id and returns how many were there.
-// progress, when not nil, is called after each batch with how many ids
-// have been dealt with.
+// Drop deletes dead letters by entry id (DeadLetter.EntryID) and returns
+// how many were there. It checks every id first and deletes nothing when
+// one is malformed. progress, when not nil, is called after each batch
+// with how many ids have been dealt with.
 func (q *DeadLetterQueue) Drop(ctx context.Context, entryIDs []string, progress func(done int)) (int64, error) {
-	key := q.keys.shard(q.service, 0).deadLetters()
-	var dropped int64
-	for start := 0; start < len(entryIDs); start += replayBatch {
-		end := min(start+replayBatch, len(entryIDs))
-		n, err := q.rdb.XDel(ctx, key, entryIDs[start:end]...).Result()
+	type located struct {
+		shard    int
+		streamID string
+	}
+	ids := make([]located, len(entryIDs))
+	for i, id := range entryIDs {
+		shard, streamID, err := ParseDeadLetterID(id)
 		if err != nil {
-			return dropped, fmt.Errorf("rpr: drop dead letters from %s: %w", key, err)
+			return 0, err
 		}
-		dropped += n
+		ids[i] = located{shard, streamID}
+	}
+	var dropped int64
+	for start := 0; start < len(ids); start += replayBatch {
+		end := min(start+replayBatch, len(ids))
+		byShard := map[int][]string{}
+		var shards []int
+		for _, id := range ids[start:end] {
+			if _, seen := byShard[id.shard]; !seen {
+				shards = append(shards, id.shard)
+			}
+			byShard[id.shard] = append(byShard[id.shard], id.streamID)
+		}
+		pipe := q.rdb.Pipeline()
+		dels := make([]*redis.IntCmd, len(shards))
+		for i, shard := range shards {
+			dels[i] = pipe.XDel(ctx, q.keys.shard(q.service, shard).deadLetters(), byShard[shard]...)
+		}
+		_, _ = pipe.Exec(ctx)
+		for i, cmd := range dels {
+			if err := cmd.Err(); err != nil {
+				return dropped, fmt.Errorf("rpr: drop dead letters from %s: %w", q.keys.shard(q.service, shards[i]).deadLetters(), err)
+			}
+			dropped += cmd.Val()
+		}
 		if progress != nil {
 			progress(end)
 		}

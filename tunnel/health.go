@@ -24,6 +24,12 @@ type WorkerStatus struct {
 	// Live is true when the last beat is recent enough for clients to
 	// send it calls.
 	Live bool
+	// Lane is the lane it serves (DefaultLane unless ServerOptions.Lane
+	// names another).
+	Lane string
+	// Shards lists the shards of a sharded service it reads; nil when it
+	// reads shard 0 alone (the service is not sharded).
+	Shards []int
 }
 
 // Health is what Redis knows about a service's servers.
@@ -34,14 +40,27 @@ type Health struct {
 	Workers []WorkerStatus
 }
 
-// Serving reports whether at least one live worker serves the service;
-// this is what a readiness probe wants.
+// Serving reports whether at least one live worker serves the service,
+// in any lane; this is what a readiness probe wants.
 func (h Health) Serving() bool {
 	return len(h.Workers) > 0 && h.Workers[0].Live
 }
 
+// ServingLane reports whether at least one live worker serves lane ("" is
+// the default lane): calls routed to a lane without one fail UNAVAILABLE.
+func (h Health) ServingLane(lane string) bool {
+	lane = laneName0(lane)
+	for _, w := range h.Workers {
+		if w.Live && w.Lane == lane {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckHealth reads the heartbeats of service's workers under prefix (""
-// for DefaultPrefix). It fails only when Redis cannot be read; a service
+// for DefaultPrefix), from shard 0's hash, where every server beats
+// whatever shards it reads. It fails only when Redis cannot be read; a service
 // with no live worker is a Health whose Serving is false.
 func CheckHealth(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (Health, error) {
 	if prefix == "" {
@@ -68,6 +87,8 @@ func CheckHealth(ctx context.Context, rdb redis.UniversalClient, prefix, service
 			Started:  time.UnixMilli(w.Started),
 			LastBeat: time.UnixMilli(w.BeatMillis),
 			Live:     redisNow-w.BeatMillis <= liveWindow.Milliseconds(),
+			Lane:     w.laneOf(),
+			Shards:   w.Shards,
 		})
 	}
 	sort.Slice(h.Workers, func(i, j int) bool {

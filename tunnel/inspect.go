@@ -2,7 +2,10 @@ package tunnel
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,141 +13,298 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ServiceStats is the queue view of one service at one moment, as Redis
-// reports it: what `rpr stats` and `rpr top` print. A service whose request
-// stream or consumer group does not exist (yet, or any more, after a Redis
-// restart without persistence) has zeros, not an error.
+// ServiceStats is the queue view of one lane of a service at one moment,
+// as Redis reports it: a row of `rpr stats` and `rpr top`. Each figure is
+// over all the service's shards: the queues of one lane are its request
+// stream and retry set in every shard. A service whose request stream or
+// consumer group does not exist (yet, or any more, after a Redis restart
+// without persistence) has zeros, not an error.
 type ServiceStats struct {
 	// Service is the fully qualified service name.
 	Service string
-	// Length is the number of entries in the request stream. Servers
+	// Lane is the lane whose queues these are (DefaultLane, or a lane that
+	// a route names or a worker serves); "" in InspectService's figures,
+	// which are over all lanes.
+	Lane string
+	// Shards is the service's recorded shard count (ShardCount).
+	Shards int
+	// Length is the number of entries in the request streams. Servers
 	// delete a request once it is answered, so this is the backlog:
 	// requests waiting for a worker plus requests being worked on.
 	Length int64
-	// EntriesAdded counts every request ever added to the stream (XINFO
+	// EntriesAdded counts every request ever added to the streams (XINFO
 	// STREAM entries-added). It only grows, so the difference between two
 	// samples is the number of calls enqueued in between; see
 	// CallsPerSecond.
 	EntriesAdded int64
 	// Lag is the number of requests no worker has read yet (XINFO GROUPS
-	// lag of the "workers" group). When Redis cannot compute it (entries
-	// deleted ahead of the group's position), it is estimated as
-	// Length-Pending, which is exact while only finished requests are
-	// deleted, as rpr does.
+	// lag of the "workers" group), at most Length-Pending. When Redis
+	// cannot compute it (entries deleted ahead of the group's position),
+	// it is estimated as Length-Pending, which is exact while only
+	// finished or withdrawn requests are deleted, as rpr does. A stream
+	// without the group (no server ever read it) lags by its length.
 	Lag int64
 	// Pending is the number of requests read by a worker and not yet
 	// acknowledged: running, or held by a worker that died.
 	Pending int64
-	// OldestPending is the age of the oldest pending request, measured on
-	// Redis's clock from the time it was added; 0 when nothing is pending.
+	// OldestPending is the age of the oldest pending request (the oldest
+	// over the shards), measured on Redis's clock from the time it was
+	// added; 0 when nothing is pending.
 	OldestPending time.Duration
-	// Consumers is the number of consumers the "workers" group knows.
-	// Redis keeps a consumer until it is deleted, so this counts workers
-	// that ever read the stream; LiveWorkers counts the ones alive now.
+	// Consumers is the number of distinct consumers the "workers" groups
+	// know (a worker reading several shards is one consumer of each, and
+	// counts once). Redis keeps a consumer until it is deleted, so this
+	// counts workers that ever read the streams; LiveWorkers counts the
+	// ones alive now.
 	Consumers int64
-	// Retrying is the number of async requests in the service's retry set:
-	// waiting for a retry after a failure, or for the time they were
-	// scheduled at. With Length it makes the backlog the cap applies to.
+	// Retrying is the number of async requests in the retry sets: waiting
+	// for a retry after a failure, or for the time they were scheduled at.
+	// With Length it makes the backlog the cap applies to.
 	Retrying int64
-	// DeadLetters is the length of the service's dead-letter stream.
+	// DeadLetters is the number of dead letters of the whole service (its
+	// dead-letter streams hold the letters of every lane), the same in
+	// every lane's figures.
 	DeadLetters int64
-	// LiveWorkers is the number of workers whose heartbeat is recent
-	// enough for clients to send them calls (the rule CheckHealth uses: a
-	// beat within the last 5s).
+	// LiveWorkers is the number of workers serving the lane whose
+	// heartbeat is recent enough for clients to send them calls (the rule
+	// CheckHealth uses: a beat within the last 5s).
 	LiveWorkers int
 	// RedisTime is Redis's clock when the sample was taken.
 	RedisTime time.Time
 }
 
 // CallsPerSecond returns the rate at which calls were enqueued between an
-// earlier sample prev of the same service and s, from the growth of
-// EntriesAdded over the time between the samples on Redis's clock. It
+// earlier sample prev of the same service and lane and s, from the growth
+// of EntriesAdded over the time between the samples on Redis's clock. It
 // reports false when the two samples cannot be compared: different
-// services, no time between them, or a counter that went backwards (the
-// stream was deleted or Redis restarted without its data).
+// services or lanes, no time between them, or a counter that went
+// backwards (a stream was deleted or Redis restarted without its data).
 func (s ServiceStats) CallsPerSecond(prev ServiceStats) (float64, bool) {
 	elapsed := s.RedisTime.Sub(prev.RedisTime)
-	if s.Service != prev.Service || elapsed <= 0 || s.EntriesAdded < prev.EntriesAdded {
+	if s.Service != prev.Service || s.Lane != prev.Lane || elapsed <= 0 || s.EntriesAdded < prev.EntriesAdded {
 		return 0, false
 	}
 	return float64(s.EntriesAdded-prev.EntriesAdded) / elapsed.Seconds(), true
 }
 
 // InspectService reads the queue view of service under prefix ("" for
-// DefaultPrefix) in one pipelined round trip: XINFO STREAM and XINFO GROUPS
-// of the request stream, the XPENDING summary of the "workers" group, the
-// length of the dead-letter stream, the size of the retry set, the worker
-// heartbeats and Redis's TIME. It fails only when Redis cannot be read.
+// DefaultPrefix) over all its lanes and shards (Lane ""): what
+// InspectLanes reports, added up. It fails only when Redis cannot be read.
+func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (ServiceStats, error) {
+	_, total, err := inspect(ctx, rdb, keyspace{prefix: orDefaultPrefix(prefix)}, service, nil)
+	return total, err
+}
+
+// InspectLanes reads the queue view of each lane of service under prefix
+// ("" for DefaultPrefix): the default lane, the lanes its routing table
+// names, those of the workers in its heartbeat hash (live, or silent for
+// less than a minute) and the lanes more names; the default lane first,
+// then by name. A lane that is none of these but still holds requests
+// (its route removed and its servers long gone) is not found by itself:
+// Lanes finds those, by scanning the keyspace, too costly to do at every
+// sample, so pass them in more. It takes
+// two pipelined round trips: one for Redis's TIME, the worker heartbeats,
+// the routing table and the shard count; one for, in each shard, XINFO
+// STREAM, XINFO GROUPS, XINFO CONSUMERS and the XPENDING summary of each
+// lane's request stream, the size of its retry set, and the length of the
+// shard's dead-letter stream. It fails only when Redis cannot be read.
 //
 // XINFO STREAM also returns the stream's first and last entries, so each
-// call transfers up to two request payloads; sampling once a second, as
-// `rpr top` does, costs little unless requests are megabytes large.
-func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (ServiceStats, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
+// call transfers up to two request payloads per stream; sampling once a
+// second, as `rpr top` does, costs little unless requests are megabytes
+// large.
+func InspectLanes(ctx context.Context, rdb redis.UniversalClient, prefix, service string, more ...string) ([]ServiceStats, error) {
+	lanes, _, err := inspect(ctx, rdb, keyspace{prefix: orDefaultPrefix(prefix)}, service, more)
+	return lanes, err
+}
+
+// laneQueueCmds are the commands that read one lane's queues in one shard.
+type laneQueueCmds struct {
+	requests, retries string
+	stream            *redis.XInfoStreamCmd
+	groups            *redis.XInfoGroupsCmd
+	consumers         *redis.XInfoConsumersCmd
+	pending           *redis.XPendingCmd
+	retrying          *redis.IntCmd
+}
+
+// inspect reads the figures of every lane of service (with the lanes
+// more), and their total.
+func inspect(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, more []string) ([]ServiceStats, ServiceStats, error) {
+	fail := func(what string, err error) ([]ServiceStats, ServiceStats, error) {
+		return nil, ServiceStats{}, fmt.Errorf("rpr: inspect %s: %s: %w", service, what, err)
 	}
-	keys := keyspace{prefix: prefix}
-	requests := keys.shard(service, 0).requests("")
 	pipe := rdb.Pipeline()
 	now := pipe.Time(ctx)
-	stream := pipe.XInfoStream(ctx, requests)
-	groups := pipe.XInfoGroups(ctx, requests)
-	pending := pipe.XPending(ctx, requests, workersGroup)
-	dlq := pipe.XLen(ctx, keys.shard(service, 0).deadLetters())
-	retrying := pipe.ZCard(ctx, keys.shard(service, 0).retries(""))
 	beats := pipe.HGetAll(ctx, keys.workers(service))
+	routes := pipe.HGetAll(ctx, keys.routes(service))
+	count := pipe.Get(ctx, keys.shardCount(service))
+	_, _ = pipe.Exec(ctx)
+	if err := now.Err(); err != nil {
+		return fail("TIME", err)
+	}
+	if err := beats.Err(); err != nil {
+		return fail("HGETALL "+keys.workers(service), err)
+	}
+	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fail("GET "+keys.shardCount(service), err)
+	}
+	redisNow := now.Val()
+	shards := parseShardCount(count.Result())
+	// A routing table that does not read (a key of another type, say)
+	// only hides the lanes it names: the figures are still worth showing.
+	table, _ := parseRouteTable(service, routes.Val())
+	lanes := inspectedLanes(append(table.lanes(), more...), beats.Val())
+
+	pipe = rdb.Pipeline()
+	dlq := make([]*redis.IntCmd, shards)
+	cmds := make([][]laneQueueCmds, shards) // [shard][lane]
+	for shard := range shards {
+		sk := keys.shard(service, shard)
+		dlq[shard] = pipe.XLen(ctx, sk.deadLetters())
+		cmds[shard] = make([]laneQueueCmds, len(lanes))
+		for i, lane := range lanes {
+			c := &cmds[shard][i]
+			c.requests, c.retries = sk.requests(lane), sk.retries(lane)
+			c.stream = pipe.XInfoStream(ctx, c.requests)
+			c.groups = pipe.XInfoGroups(ctx, c.requests)
+			c.consumers = pipe.XInfoConsumers(ctx, c.requests, workersGroup)
+			c.pending = pipe.XPending(ctx, c.requests, workersGroup)
+			c.retrying = pipe.ZCard(ctx, c.retries)
+		}
+	}
 	// Exec reports the first failed command; the commands are judged one
 	// by one below, because a missing stream or group is not a failure.
 	_, _ = pipe.Exec(ctx)
 
-	fail := func(what string, err error) (ServiceStats, error) {
-		return ServiceStats{}, fmt.Errorf("rpr: inspect %s: %s: %w", service, what, err)
+	var deadLetters int64
+	for shard, cmd := range dlq {
+		if err := cmd.Err(); err != nil {
+			return fail("XLEN "+keys.shard(service, shard).deadLetters(), err)
+		}
+		deadLetters += cmd.Val()
 	}
-	if err := now.Err(); err != nil {
-		return fail("TIME", err)
+	live := liveWorkersByLane(beats.Val(), redisNow.UnixMilli())
+	total := ServiceStats{Service: service, Shards: shards, DeadLetters: deadLetters, RedisTime: redisNow}
+	allConsumers := map[string]bool{}
+	out := make([]ServiceStats, len(lanes))
+	for i, lane := range lanes {
+		st := ServiceStats{Service: service, Lane: lane, Shards: shards, DeadLetters: deadLetters,
+			LiveWorkers: live[lane], RedisTime: redisNow}
+		consumers := map[string]bool{}
+		for shard := range shards {
+			if err := addQueueFigures(&st, consumers, &cmds[shard][i]); err != nil {
+				return fail(err.what, err.err)
+			}
+		}
+		st.Consumers = int64(len(consumers))
+		for name := range consumers {
+			allConsumers[name] = true
+		}
+		out[i] = st
+		total.Length += st.Length
+		total.EntriesAdded += st.EntriesAdded
+		total.Lag += st.Lag
+		total.Pending += st.Pending
+		total.OldestPending = max(total.OldestPending, st.OldestPending)
+		total.Retrying += st.Retrying
+		total.LiveWorkers += st.LiveWorkers
 	}
-	st := ServiceStats{Service: service, RedisTime: now.Val()}
-	if err := stream.Err(); err != nil && !absentStreamOrGroup(err) {
-		return fail("XINFO STREAM "+requests, err)
+	total.Consumers = int64(len(allConsumers))
+	return out, total, nil
+}
+
+// inspectError names the command whose failure stopped an inspection.
+type inspectError struct {
+	what string
+	err  error
+}
+
+// addQueueFigures adds the figures of one lane's queues in one shard (c)
+// to st, and the names of the queue's consumers to consumers.
+func addQueueFigures(st *ServiceStats, consumers map[string]bool, c *laneQueueCmds) *inspectError {
+	var length int64
+	if err := c.stream.Err(); err != nil && !absentStreamOrGroup(err) {
+		return &inspectError{"XINFO STREAM " + c.requests, err}
 	} else if err == nil {
-		st.Length = stream.Val().Length
-		st.EntriesAdded = stream.Val().EntriesAdded
+		length = c.stream.Val().Length
+		st.Length += length
+		st.EntriesAdded += c.stream.Val().EntriesAdded
 	}
-	if err := groups.Err(); err != nil && !absentStreamOrGroup(err) {
-		return fail("XINFO GROUPS "+requests, err)
+	if err := c.groups.Err(); err != nil && !absentStreamOrGroup(err) {
+		return &inspectError{"XINFO GROUPS " + c.requests, err}
 	} else if err == nil {
-		for _, g := range groups.Val() {
+		grouped := false
+		for _, g := range c.groups.Val() {
 			if g.Name != workersGroup {
 				continue
 			}
-			st.Pending = g.Pending
-			st.Consumers = g.Consumers
-			st.Lag = g.Lag
-			if g.Lag < 0 {
-				st.Lag = max(st.Length-g.Pending, 0)
+			grouped = true
+			st.Pending += g.Pending
+			// Unread requests are in the stream and not pending, so the
+			// lag is at most length-pending; Redis's figure can be more
+			// after unread entries were deleted (withdrawn by their
+			// callers), and is unknown (-1) when it cannot say.
+			unread := max(length-g.Pending, 0)
+			if g.Lag >= 0 {
+				st.Lag += min(g.Lag, unread)
+			} else {
+				st.Lag += unread
 			}
 		}
-	}
-	if err := pending.Err(); err != nil && !absentStreamOrGroup(err) {
-		return fail("XPENDING "+requests, err)
-	} else if err == nil && pending.Val().Count > 0 {
-		if added, ok := streamIDMillis(pending.Val().Lower); ok {
-			st.OldestPending = max(time.Duration(st.RedisTime.UnixMilli()-added)*time.Millisecond, 0)
+		if !grouped {
+			// No server ever read this stream (a lane routed to before
+			// its servers started): none of its requests has been read.
+			st.Lag += length
 		}
 	}
-	if err := dlq.Err(); err != nil {
-		return fail("XLEN "+keys.shard(service, 0).deadLetters(), err)
+	if err := c.consumers.Err(); err != nil && !absentStreamOrGroup(err) {
+		return &inspectError{"XINFO CONSUMERS " + c.requests, err}
+	} else if err == nil {
+		for _, consumer := range c.consumers.Val() {
+			consumers[consumer.Name] = true
+		}
 	}
-	st.DeadLetters = dlq.Val()
-	if err := retrying.Err(); err != nil {
-		return fail("ZCARD "+keys.shard(service, 0).retries(""), err)
+	if err := c.pending.Err(); err != nil && !absentStreamOrGroup(err) {
+		return &inspectError{"XPENDING " + c.requests, err}
+	} else if err == nil && c.pending.Val().Count > 0 {
+		if added, ok := streamIDMillis(c.pending.Val().Lower); ok {
+			age := max(time.Duration(st.RedisTime.UnixMilli()-added)*time.Millisecond, 0)
+			st.OldestPending = max(st.OldestPending, age)
+		}
 	}
-	st.Retrying = retrying.Val()
-	if err := beats.Err(); err != nil {
-		return fail("HGETALL "+keys.workers(service), err)
+	if err := c.retrying.Err(); err != nil {
+		return &inspectError{"ZCARD " + c.retries, err}
 	}
-	st.LiveWorkers = countLiveWorkers(beats.Val(), st.RedisTime.UnixMilli())
-	return st, nil
+	st.Retrying += c.retrying.Val()
+	return nil
+}
+
+// inspectedLanes returns the lanes to inspect: the default lane, the lanes
+// named (by routes, or by the caller), and those of every worker in the
+// heartbeat hash beats (silent ones too: a lane whose servers just died is
+// the one whose backlog an operator needs to see). The default lane comes
+// first, then the others by name; names that are no lane are left out.
+func inspectedLanes(named []string, beats map[string]string) []string {
+	set := map[string]bool{}
+	for _, lane := range named {
+		if lane == DefaultLane || ValidateLane(lane) == nil {
+			set[lane] = true
+		}
+	}
+	for _, raw := range beats {
+		var w workerInfo
+		if json.Unmarshal([]byte(raw), &w) == nil {
+			set[w.laneOf()] = true
+		}
+	}
+	delete(set, DefaultLane)
+	lanes := []string{DefaultLane}
+	for lane := range set {
+		lanes = append(lanes, lane)
+	}
+	slices.Sort(lanes[1:])
+	return lanes
 }
 
 // absentStreamOrGroup reports whether err is Redis saying the stream or the
@@ -168,7 +328,8 @@ func streamIDMillis(id string) (int64, bool) {
 
 // InspectAll inspects the services under prefix ("" for DefaultPrefix):
 // the ones named, or, when none is named, every service ListServices finds
-// (a published schema or worker heartbeats). Results follow the order of
+// (a published schema or worker heartbeats). It returns one ServiceStats
+// per lane of each service (see InspectLanes), following the order of
 // services (sorted by name when discovered). It is the data behind
 // `rpr stats` and `rpr top`.
 func InspectAll(ctx context.Context, rdb redis.UniversalClient, prefix string, services ...string) ([]ServiceStats, error) {
@@ -178,13 +339,13 @@ func InspectAll(ctx context.Context, rdb redis.UniversalClient, prefix string, s
 			return nil, err
 		}
 	}
-	out := make([]ServiceStats, 0, len(services))
+	var out []ServiceStats
 	for _, svc := range services {
-		st, err := InspectService(ctx, rdb, prefix, svc)
+		lanes, err := InspectLanes(ctx, rdb, prefix, svc)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, st)
+		out = append(out, lanes...)
 	}
 	return out, nil
 }

@@ -2,12 +2,14 @@ package tunnel_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
@@ -66,7 +68,7 @@ func TestInspectService(t *testing.T) {
 		}
 	}
 	idle := inspect(t, rdb, greeterService)
-	want := tunnel.ServiceStats{Service: greeterService, EntriesAdded: 5, Consumers: 1, LiveWorkers: 1, RedisTime: idle.RedisTime}
+	want := tunnel.ServiceStats{Service: greeterService, Shards: 1, EntriesAdded: 5, Consumers: 1, LiveWorkers: 1, RedisTime: idle.RedisTime}
 	if idle != want {
 		t.Fatalf("idle:\n got %+v\nwant %+v", idle, want)
 	}
@@ -132,9 +134,13 @@ func TestInspectService(t *testing.T) {
 	}
 
 	// Discovery finds the service; the named-service form keeps the order.
+	// InspectAll has a row per lane: the greeter has only the default one.
 	all, err := tunnel.InspectAll(ctx, rdb, "")
-	if err != nil || len(all) != 1 || all[0].Service != greeterService {
-		t.Fatalf("InspectAll() = %+v, %v; want the greeter alone", all, err)
+	if err != nil || len(all) != 1 || all[0].Service != greeterService || all[0].Lane != tunnel.DefaultLane {
+		t.Fatalf("InspectAll() = %+v, %v; want the greeter's default lane alone", all, err)
+	}
+	if lane := all[0]; lane.Length != dead.Length || lane.DeadLetters != 1 || lane.Shards != 1 {
+		t.Fatalf("the greeter's default lane: %+v; want the service's figures (%+v)", lane, dead)
 	}
 	all, err = tunnel.InspectAll(ctx, rdb, "", "z.Missing", greeterService)
 	if err != nil || len(all) != 2 || all[0].Service != "z.Missing" || all[1].Service != greeterService {
@@ -143,12 +149,13 @@ func TestInspectService(t *testing.T) {
 }
 
 // TestInspectServiceMissing: a service Redis knows nothing of is zeros, not
-// an error, and so are the group's figures of a stream without the group.
+// an error; a stream without the group lags by its length (no server ever
+// read it) and has no other group figures.
 func TestInspectServiceMissing(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
 	st := inspect(t, rdb, "no.such.v1.Service")
-	if want := (tunnel.ServiceStats{Service: "no.such.v1.Service", RedisTime: st.RedisTime}); st != want || st.RedisTime.IsZero() {
+	if want := (tunnel.ServiceStats{Service: "no.such.v1.Service", Shards: 1, RedisTime: st.RedisTime}); st != want || st.RedisTime.IsZero() {
 		t.Fatalf("missing service: got %+v; want zeros with a Redis time", st)
 	}
 
@@ -156,8 +163,8 @@ func TestInspectServiceMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := inspect(t, rdb, "svc.One")
-	if got.Length != 1 || got.EntriesAdded != 1 || got.Lag != 0 || got.Pending != 0 || got.Consumers != 0 || got.OldestPending != 0 {
-		t.Fatalf("stream without a group: got %+v; want length 1, 1 added, no group figures", got)
+	if got.Length != 1 || got.EntriesAdded != 1 || got.Lag != 1 || got.Pending != 0 || got.Consumers != 0 || got.OldestPending != 0 {
+		t.Fatalf("stream without a group: got %+v; want length 1, 1 added, lag 1, no other group figures", got)
 	}
 }
 
@@ -177,10 +184,99 @@ func TestCallsPerSecond(t *testing.T) {
 		{"no time", at("s", 100, 0), at("s", 200, 0), 0, false},
 		{"counter reset", at("s", 100, 0), at("s", 3, time.Second), 0, false},
 		{"other service", at("s", 100, 0), at("t", 200, time.Second), 0, false},
+		{"other lane", at("s", 100, 0), func() tunnel.ServiceStats { s := at("s", 200, time.Second); s.Lane = "v2"; return s }(), 0, false},
 	} {
 		rate, ok := c.cur.CallsPerSecond(c.prev)
 		if rate != c.rate || ok != c.ok {
 			t.Errorf("%s: CallsPerSecond = %v, %v; want %v, %v", c.name, rate, ok, c.rate, c.ok)
 		}
+	}
+}
+
+// TestInspectLanesOfShardedService: a 3-shard service with a live server
+// in the default lane, one in lane v2, and requests queued in lane v3,
+// which a route names but no server serves: a row per lane, each summed
+// over the shards, and their total.
+func TestInspectLanesOfShardedService(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	ctx := context.Background()
+	startLane(t, rdb, "", 3)
+	startLane(t, rdb, "v2", 3)
+	client := newLanesClient(t, rs.Client(t))
+	setRoute(t, tunnel.NewRouteTable(rdb, "", lanesService), lanesService+"/Job", "v3")
+	job := &lanesDesc(3).Methods[1]
+	const queued = 9
+	for i := range queued {
+		if _, err := client.Enqueue(ctx, job, wrapperspb.String(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const calls, v2Calls = 6, 2
+	for i := range calls {
+		if got, err := which(ctx, client, 3); err != nil || got != tunnel.DefaultLane {
+			t.Fatalf("call %d: %q, %v", i, got, err)
+		}
+	}
+	for i := range v2Calls {
+		if got, err := which(ctx, client, 3, tunnel.WithLane("v2")); err != nil || got != "v2" {
+			t.Fatalf("call %d to v2: %q, %v", i, got, err)
+		}
+	}
+	// A dead letter in shard 2 counts for the service, in every lane.
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "rpr:v1:{" + lanesService + "#2}:dlq", Values: []string{"reason", "test"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var v3Shards int
+	for _, tag := range []string{"{" + lanesService + "}", "{" + lanesService + "#1}", "{" + lanesService + "#2}"} {
+		if rdb.XLen(ctx, "rpr:v1:"+tag+":req:v3").Val() > 0 {
+			v3Shards++
+		}
+	}
+	if v3Shards < 2 {
+		t.Fatalf("lane v3's requests are in %d shard(s); want them spread", v3Shards)
+	}
+
+	lanes, err := tunnel.InspectLanes(ctx, rdb, "", lanesService)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lanes) != 3 || lanes[0].Lane != tunnel.DefaultLane || lanes[1].Lane != "v2" || lanes[2].Lane != "v3" {
+		t.Fatalf("InspectLanes: %+v; want the lanes default, v2, v3", lanes)
+	}
+	now := lanes[0].RedisTime
+	want := []tunnel.ServiceStats{
+		// One server reads the 3 shards' streams: one consumer.
+		{Service: lanesService, Lane: tunnel.DefaultLane, Shards: 3, EntriesAdded: calls, Consumers: 1, DeadLetters: 1, LiveWorkers: 1, RedisTime: now},
+		{Service: lanesService, Lane: "v2", Shards: 3, EntriesAdded: v2Calls, Consumers: 1, DeadLetters: 1, LiveWorkers: 1, RedisTime: now},
+		// No server ever read v3: no group; every request lags.
+		{Service: lanesService, Lane: "v3", Shards: 3, Length: queued, EntriesAdded: queued, Lag: queued, DeadLetters: 1, RedisTime: now},
+	}
+	for i := range want {
+		if lanes[i] != want[i] {
+			t.Errorf("lane %s:\n got %+v\nwant %+v", want[i].Lane, lanes[i], want[i])
+		}
+	}
+	total, err := tunnel.InspectService(ctx, rdb, "", lanesService)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTotal := tunnel.ServiceStats{Service: lanesService, Shards: 3, Length: queued, EntriesAdded: queued + calls + v2Calls, Lag: queued, Consumers: 2,
+		DeadLetters: 1, LiveWorkers: 2, RedisTime: total.RedisTime}
+	if total != wantTotal {
+		t.Errorf("InspectService:\n got %+v\nwant %+v", total, wantTotal)
+	}
+	all, err := tunnel.InspectAll(ctx, rdb, "", lanesService)
+	if err != nil || len(all) != 3 || all[2].Lane != "v3" || all[2].Length != queued {
+		t.Errorf("InspectAll(%s) = %+v, %v; want its 3 lanes", lanesService, all, err)
+	}
+
+	// A lane neither routed nor served is inspected when named.
+	if _, err := client.Enqueue(ctx, job, wrapperspb.String("stranded"), tunnel.WithLane("v9")); err != nil {
+		t.Fatal(err)
+	}
+	lanes, err = tunnel.InspectLanes(ctx, rdb, "", lanesService, "v9", "default", "Not A Lane")
+	if err != nil || len(lanes) != 4 || lanes[3].Lane != "v9" || lanes[3].Length != 1 || lanes[3].Lag != 1 {
+		t.Errorf("InspectLanes(v9, default, Not A Lane) = %+v, %v; want lanes default, v2, v3 and v9, v9 with 1 request", lanes, err)
 	}
 }

@@ -197,34 +197,39 @@ func (p *prometheusEndpoint) close(ctx context.Context) {
 	_ = p.provider.Shutdown(ctx)
 }
 
-// serviceGauges registers observable gauges of each service's queue (the
-// InspectService view), read from Redis when the metrics are collected:
-// one pipelined round trip per service per scrape. The returned
-// registration must be unregistered when the server stops. capacity maps
-// each service to its backlog cap, exported beside the backlog so that an
-// alert can compare the two.
+// serviceGauges registers observable gauges of each service's queues (the
+// InspectLanes view), read from Redis when the metrics are collected: two
+// pipelined round trips per service per scrape. Queue gauges are per lane
+// (attributes rpc.service and rpr.lane, each over all the service's
+// shards); the dead-letter count and the backlog cap are per service
+// (rpc.service alone). The returned registration must be unregistered
+// when the server stops. capacity maps each service to its backlog cap,
+// exported beside the backlog so that an alert can compare the two (the
+// cap applies to the sum of the backlogs of the service's lanes).
 func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix string, services []string, capacity map[string]int64) (metric.Registration, error) {
 	meter := meterOf(mp)
 	type gauge struct {
-		inst  metric.Float64ObservableGauge
-		value func(ServiceStats) float64
+		inst       metric.Float64ObservableGauge
+		value      func(ServiceStats) float64
+		perService bool
 	}
 	defs := []struct {
 		name, unit, desc string
 		value            func(ServiceStats) float64
+		perService       bool
 	}{
-		{"rpr.queue.length", "{request}", "Requests in the service's stream: waiting plus being worked on.", func(s ServiceStats) float64 { return float64(s.Length) }},
-		{"rpr.queue.lag", "{request}", "Requests no worker has read yet.", func(s ServiceStats) float64 { return float64(s.Lag) }},
-		{"rpr.queue.pending", "{request}", "Requests read by a worker and not yet acknowledged.", func(s ServiceStats) float64 { return float64(s.Pending) }},
-		{"rpr.queue.oldest_pending_age", "s", "Age of the oldest pending request.", func(s ServiceStats) float64 { return s.OldestPending.Seconds() }},
-		{"rpr.queue.consumers", "{consumer}", "Consumers the workers group knows (live or not).", func(s ServiceStats) float64 { return float64(s.Consumers) }},
-		{"rpr.queue.retrying", "{request}", "Async requests in the retry set, waiting for a retry or their scheduled time.", func(s ServiceStats) float64 { return float64(s.Retrying) }},
-		{"rpr.queue.backlog", "{request}", "Requests counted against the cap: the stream's length plus the retry set.", func(s ServiceStats) float64 { return float64(s.Length + s.Retrying) }},
-		{"rpr.dlq.length", "{request}", "Entries in the service's dead-letter stream.", func(s ServiceStats) float64 { return float64(s.DeadLetters) }},
-		{"rpr.workers.live", "{worker}", "Workers with a heartbeat in the last 5s.", func(s ServiceStats) float64 { return float64(s.LiveWorkers) }},
+		{"rpr.queue.length", "{request}", "Requests in the lane's streams: waiting plus being worked on.", func(s ServiceStats) float64 { return float64(s.Length) }, false},
+		{"rpr.queue.lag", "{request}", "Requests of the lane no worker has read yet.", func(s ServiceStats) float64 { return float64(s.Lag) }, false},
+		{"rpr.queue.pending", "{request}", "Requests of the lane read by a worker and not yet acknowledged.", func(s ServiceStats) float64 { return float64(s.Pending) }, false},
+		{"rpr.queue.oldest_pending_age", "s", "Age of the lane's oldest pending request.", func(s ServiceStats) float64 { return s.OldestPending.Seconds() }, false},
+		{"rpr.queue.consumers", "{consumer}", "Consumers the workers groups of the lane know (live or not).", func(s ServiceStats) float64 { return float64(s.Consumers) }, false},
+		{"rpr.queue.retrying", "{request}", "Async requests in the lane's retry sets, waiting for a retry or their scheduled time.", func(s ServiceStats) float64 { return float64(s.Retrying) }, false},
+		{"rpr.queue.backlog", "{request}", "Requests of the lane counted against the service's cap: its streams' length plus its retry sets.", func(s ServiceStats) float64 { return float64(s.Length + s.Retrying) }, false},
+		{"rpr.workers.live", "{worker}", "Workers serving the lane with a heartbeat in the last 5s.", func(s ServiceStats) float64 { return float64(s.LiveWorkers) }, false},
+		{"rpr.dlq.length", "{request}", "Entries in the service's dead-letter streams (all lanes and shards).", func(s ServiceStats) float64 { return float64(s.DeadLetters) }, true},
 	}
 	capacityGauge, err := meter.Int64ObservableGauge("rpr.queue.capacity", metric.WithUnit("{request}"),
-		metric.WithDescription("The service's backlog cap ((rpr.v1.service).max_backlog, else 100000); clients refuse calls at 85% of it."))
+		metric.WithDescription("The service's backlog cap ((rpr.v1.service).max_backlog, else 100000), over all its lanes; clients refuse calls at 85% of it."))
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +240,7 @@ func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix st
 		if err != nil {
 			return nil, err
 		}
-		gauges[i] = gauge{inst: inst, value: d.value}
+		gauges[i] = gauge{inst: inst, value: d.value, perService: d.perService}
 		observables[i] = inst
 	}
 	observables = append(observables, capacityGauge)
@@ -244,15 +249,26 @@ func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix st
 		defer cancel()
 		var errs []error
 		for _, service := range services {
-			stats, err := InspectService(ctx, rdb, prefix, service)
+			lanes, err := InspectLanes(ctx, rdb, prefix, service)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("rpc.service", service)))
+			serviceAttr := attribute.String("rpc.service", service)
+			attrs := metric.WithAttributeSet(attribute.NewSet(serviceAttr))
 			o.ObserveInt64(capacityGauge, capacity[service], attrs)
 			for _, g := range gauges {
-				o.ObserveFloat64(g.inst, g.value(stats), attrs)
+				if g.perService {
+					o.ObserveFloat64(g.inst, g.value(lanes[0]), attrs)
+				}
+			}
+			for _, stats := range lanes {
+				laneAttrs := metric.WithAttributeSet(attribute.NewSet(serviceAttr, attribute.String("rpr.lane", stats.Lane)))
+				for _, g := range gauges {
+					if !g.perService {
+						o.ObserveFloat64(g.inst, g.value(stats), laneAttrs)
+					}
+				}
 			}
 		}
 		return errors.Join(errs...)

@@ -32,12 +32,20 @@ func TestServerExposesPrometheusMetrics(t *testing.T) {
 		`rpr_server_queue_wait_seconds_bucket{`,
 		`rpr_server_calls_in_flight{`,
 		`rpr_queue_length{`,
+		`rpr_lane="default"`, // queue gauges are per lane
+		`rpr_queue_capacity{`,
 		`rpr_queue_oldest_pending_age_seconds{`,
 		`rpr_workers_live{`,
 		`rpr_dlq_length{`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// The dead letters and the cap are the service's, not a lane's.
+	for line := range strings.SplitSeq(text, "\n") {
+		if (strings.HasPrefix(line, "rpr_dlq_length{") || strings.HasPrefix(line, "rpr_queue_capacity{")) && strings.Contains(line, "rpr_lane") {
+			t.Errorf("a per-service gauge has a lane: %s", line)
 		}
 	}
 	if t.Failed() {

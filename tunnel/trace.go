@@ -17,6 +17,13 @@ import (
 type RequestTrace struct {
 	ID      RequestID
 	Service string
+	// Shard is the shard of the service that knows the request, of Shards
+	// (the service's recorded count; 1 when it is not sharded).
+	Shard, Shards int
+	// Lane is the lane whose stream or retry set holds the request, or
+	// that dead-lettered it; "" when Redis no longer says (the request is
+	// done, and only its state is left).
+	Lane string
 	// State is the state machine's state; "" when Redis has no state
 	// for the request (never reached a worker nor timed out, or expired).
 	State          string
@@ -60,8 +67,10 @@ type TraceAnswer struct {
 
 // TraceEntry is a request stream entry.
 type TraceEntry struct {
-	ID       string
-	Method   string
+	ID     string
+	Method string
+	// Enqueued is when it was sent; Deadline when its caller stops
+	// waiting (zero for async requests, which have none).
 	Enqueued time.Time
 	Deadline time.Time
 	Header   Metadata
@@ -69,18 +78,23 @@ type TraceEntry struct {
 
 // TraceDeadLetter is a dead-letter entry of the request.
 type TraceDeadLetter struct {
+	// ID is the entry's DeadLetter.EntryID, as `rpr dlq` takes it.
 	ID     string
 	Time   time.Time
 	Reason string
 }
 
-// deadLetterScan bounds how many entries TraceRequest reads from a
-// service's request stream and its dead-letter stream.
+// deadLetterScan bounds how many entries TraceRequest reads from each
+// request stream, retry set and dead-letter stream.
 const deadLetterScan = 10000
 
 // TraceRequest looks request id up under prefix ("" for DefaultPrefix).
 // With service "" it tries every service ListServices finds; the id itself
-// does not name its service.
+// does not name its service, nor its shard or lane. In each service it
+// looks in every shard, one pipelined round trip per shard until one
+// knows the request: its state hash, the request streams and retry sets of
+// every lane (the default lane, the lanes routes name and those of the
+// service's workers), and the dead-letter stream.
 func TraceRequest(ctx context.Context, rdb redis.UniversalClient, prefix, service, id string) (*RequestTrace, error) {
 	rid, err := ParseRequestID(id)
 	if err != nil {
@@ -108,71 +122,116 @@ func TraceRequest(ctx context.Context, rdb redis.UniversalClient, prefix, servic
 	return tr, nil
 }
 
-// traceIn fills tr when service knows request id.
+// traceIn fills tr when service knows request id, looking in each of its
+// shards in turn.
 func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service, id string, tr *RequestTrace) error {
-	stateKey := keys.shard(service, 0).state(id)
+	pipe := rdb.Pipeline()
+	beats := pipe.HGetAll(ctx, keys.workers(service))
+	routes := pipe.HGetAll(ctx, keys.routes(service))
+	count := pipe.Get(ctx, keys.shardCount(service))
+	_, _ = pipe.Exec(ctx)
+	if err := beats.Err(); err != nil {
+		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
+	}
+	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
+	}
+	table, _ := parseRouteTable(service, routes.Val())
+	lanes := inspectedLanes(table.lanes(), beats.Val())
+	shards := parseShardCount(count.Result())
+	for shard := range shards {
+		found, err := traceInShard(ctx, rdb, keys, service, shard, lanes, id, tr)
+		if err != nil || found {
+			tr.Shards = shards
+			return err
+		}
+	}
+	return nil
+}
+
+// traceInShard fills tr and reports true when shard of service knows
+// request id.
+func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, shard int, lanes []string, id string, tr *RequestTrace) (bool, error) {
+	sk := keys.shard(service, shard)
+	stateKey := sk.state(id)
 	pipe := rdb.Pipeline()
 	state := pipe.HGetAll(ctx, stateKey)
 	ttl := pipe.PTTL(ctx, stateKey)
-	dlq := pipe.XRevRangeN(ctx, keys.shard(service, 0).deadLetters(), "+", "-", deadLetterScan)
-	queued := pipe.XRangeN(ctx, keys.shard(service, 0).requests(""), "-", "+", deadLetterScan)
-	retrying := pipe.ZRangeWithScores(ctx, keys.shard(service, 0).retries(""), 0, deadLetterScan-1)
+	dlq := pipe.XRevRangeN(ctx, sk.deadLetters(), "+", "-", deadLetterScan)
+	queued := make([]*redis.XMessageSliceCmd, len(lanes))
+	retrying := make([]*redis.ZSliceCmd, len(lanes))
+	for i, lane := range lanes {
+		queued[i] = pipe.XRangeN(ctx, sk.requests(lane), "-", "+", deadLetterScan)
+		retrying[i] = pipe.ZRangeWithScores(ctx, sk.retries(lane), 0, deadLetterScan-1)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
+		return false, fmt.Errorf("rpr: trace %s in %s (shard %d): %w", id, service, shard, err)
 	}
 	// An async request's state is named by its idempotency key, which its
 	// envelope (queued, retrying or dead-lettered) tells.
+	key, lane := "", ""
 	noteKey := func(env *requestEnvelope) {
 		if env.Kind == kindAsync {
-			tr.Key = env.Key
+			key = env.Key
 		}
 	}
+	var deadLetters []TraceDeadLetter
 	for _, m := range dlq.Val() {
 		raw, _ := m.Values[envelopeField].(string)
 		if rid, _ := peekReplyAddress([]byte(raw)); rid == id {
 			reason, _ := m.Values["reason"].(string)
 			ms, _ := streamIDMillis(m.ID)
-			tr.DeadLetters = append(tr.DeadLetters, TraceDeadLetter{ID: m.ID, Time: time.UnixMilli(ms), Reason: reason})
+			deadLetters = append(deadLetters, TraceDeadLetter{ID: deadLetterID(shard, m.ID), Time: time.UnixMilli(ms), Reason: reason})
+			if l, _ := m.Values["lane"].(string); l != "" && lane == "" {
+				lane = l // the newest dead letter's
+			}
 			if env, err := decodeRequest([]byte(raw)); err == nil {
 				noteKey(env)
 			}
 		}
 	}
-	for _, m := range queued.Val() {
-		raw, _ := m.Values[envelopeField].(string)
-		if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
-			continue
+	var entry *TraceEntry
+	var retry *TraceRetry
+	for i := range lanes {
+		for _, m := range queued[i].Val() {
+			raw, _ := m.Values[envelopeField].(string)
+			if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
+				continue
+			}
+			if env, err := decodeRequest([]byte(raw)); err == nil {
+				entry = &TraceEntry{ID: m.ID, Method: env.Method, Enqueued: unixMillis(env.Enqueued),
+					Deadline: unixMillis(env.Deadline), Header: env.Header}
+				lane = lanes[i]
+				noteKey(env)
+			}
 		}
-		if env, err := decodeRequest([]byte(raw)); err == nil {
-			tr.Queued = &TraceEntry{ID: m.ID, Method: env.Method, Enqueued: time.UnixMilli(env.Enqueued),
-				Deadline: time.UnixMilli(env.Deadline), Header: env.Header}
-			noteKey(env)
-		}
-	}
-	for _, z := range retrying.Val() {
-		raw, _ := z.Member.(string)
-		if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
-			continue
-		}
-		if env, err := decodeRequest([]byte(raw)); err == nil {
-			tr.Retry = &TraceRetry{Due: time.UnixMilli(int64(z.Score)), Attempt: env.Attempt}
-			noteKey(env)
+		for _, z := range retrying[i].Val() {
+			raw, _ := z.Member.(string)
+			if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
+				continue
+			}
+			if env, err := decodeRequest([]byte(raw)); err == nil {
+				retry = &TraceRetry{Due: time.UnixMilli(int64(z.Score)), Attempt: env.Attempt}
+				lane = lanes[i]
+				noteKey(env)
+			}
 		}
 	}
 	st := state.Val()
-	if tr.Key != "" && tr.Key != id {
-		stateKey = keys.shard(service, 0).state(tr.Key)
+	if key != "" && key != id {
+		stateKey = sk.state(key)
 		pipe := rdb.Pipeline()
 		state, ttl = pipe.HGetAll(ctx, stateKey), pipe.PTTL(ctx, stateKey)
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
+			return false, fmt.Errorf("rpr: trace %s in %s (shard %d): %w", id, service, shard, err)
 		}
 		st = state.Val()
 	}
-	if len(st) == 0 && len(tr.DeadLetters) == 0 && tr.Queued == nil && tr.Retry == nil {
-		return nil
+	if len(st) == 0 && len(deadLetters) == 0 && entry == nil && retry == nil {
+		return false, nil
 	}
-	tr.Service = service
+	tr.Service, tr.Shard, tr.Lane, tr.Key = service, shard, lane, key
+	tr.DeadLetters, tr.Queued, tr.Retry = deadLetters, entry, retry
 	tr.State, tr.Worker, tr.PreviousWorker = st["state"], st["worker"], st["previous_worker"]
 	tr.Attempt, tr.Entry = st["attempt"], st["entry"]
 	tr.Claimed, tr.Done, tr.Marked = millisField(st["claimed_ms"]), millisField(st["done_ms"]), millisField(st["marked_ms"])
@@ -185,12 +244,18 @@ func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 			tr.Answer = &TraceAnswer{Code: resp.Code, Message: resp.Message, Bytes: len(resp.Payload)}
 		}
 	}
-	return nil
+	return true, nil
 }
 
 func millisField(s string) time.Time {
-	ms, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || ms <= 0 {
+	ms, _ := strconv.ParseInt(s, 10, 64)
+	return unixMillis(ms)
+}
+
+// unixMillis is the time of unix ms, or the zero time when ms is not
+// positive (unset).
+func unixMillis(ms int64) time.Time {
+	if ms <= 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)

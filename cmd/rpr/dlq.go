@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -59,26 +58,43 @@ const (
 // variable for tests.
 var confirmWait = 5 * time.Second
 
-// dlqKey names the service's dead-letter stream, for messages. It mirrors
-// tunnel's key layout (keys.go), which the library does not export.
-func dlqKey(prefix, service string) string {
-	if prefix == "" {
-		prefix = tunnel.DefaultPrefix
+// describeStreams names a service's dead-letter streams in messages: the
+// one of an unsharded service, or the range of a sharded one's.
+func describeStreams(streams []string) string {
+	switch len(streams) {
+	case 0:
+		return "no dead-letter stream"
+	case 1:
+		return streams[0]
+	case 2:
+		return streams[0] + " and " + streams[1]
 	}
-	return prefix + "{" + service + "}:dlq"
+	return fmt.Sprintf("the %d streams %s … %s", len(streams), streams[0], streams[len(streams)-1])
+}
+
+// empty says that the target's dead-letter streams are empty.
+func (t *dlqTarget) empty() string {
+	if len(t.streams) > 1 {
+		return t.key + " are empty"
+	}
+	return t.key + " is empty"
 }
 
 func newDlqCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
 		Short: "List, show, replay and drop a service's dead letters",
-		Long: `dlq manages a service's dead-letter stream (rpr:v1:{pkg.Svc}:dlq): the async
+		Long: `dlq manages a service's dead-letter stream (rpr:v1:{pkg.Svc}:dlq, and one
+per shard of a sharded service: rpr:v1:{pkg.Svc#1}:dlq, ...): the async
 requests that failed their last attempt or failed permanently, and request
 entries no server could decode. rpr never trims it: a dead letter stays
 until it is replayed or dropped.
 
-A dead letter is named by its entry id in the stream (1764434400123-0, the
-first column of "rpr dlq ls") or by its request id.
+A dead letter is named by its entry id (the first column of "rpr dlq ls"):
+its id in the stream, 1764434400123-0, prefixed with its shard for the
+shards after the first of a sharded service, 2/1764434400123-0; or by its
+request id. Replay queues a letter again in its shard and in the lane it
+failed in (the default lane when that lane has no live server any more).
 
 A poison message, start to finish:
   rpr dlq ls pkg.Svc                      what failed, and why
@@ -271,7 +287,8 @@ type dlqTarget struct {
 	rdb     redis.UniversalClient
 	prefix  string
 	service string
-	key     string
+	streams []string // the dead-letter streams, one per shard
+	key     string   // the streams, as messages name them
 	queue   *tunnel.DeadLetterQueue
 }
 
@@ -294,9 +311,15 @@ func openDLQ(ctx context.Context, rf redisFlags, service string) (*dlqTarget, er
 	if err != nil {
 		return nil, err
 	}
+	queue := tunnel.NewDeadLetterQueue(rdb, rf.prefix, service)
+	streams, err := queue.Streams(ctx)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
 	return &dlqTarget{
-		rdb: rdb, prefix: rf.prefix, service: service, key: dlqKey(rf.prefix, service),
-		queue: tunnel.NewDeadLetterQueue(rdb, rf.prefix, service),
+		rdb: rdb, prefix: rf.prefix, service: service, streams: streams, key: describeStreams(streams),
+		queue: queue,
 	}, nil
 }
 
@@ -400,13 +423,15 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 	if asJSON {
 		dec := newPayloadDecoder(ctx, t)
 		doc := struct {
-			Service     string       `json:"service"`
+			Service string `json:"service"`
+			// DLQ is shard 0's stream; Streams lists every shard's.
 			DLQ         string       `json:"dlq"`
+			Streams     []string     `json:"dlq_streams"`
 			Total       int64        `json:"total"`
 			Matched     int64        `json:"matched"`
 			Shown       int          `json:"shown"`
 			DeadLetters []deadLetter `json:"dead_letters"`
-		}{Service: t.service, DLQ: t.key, Total: total, Matched: matched, Shown: len(letters), DeadLetters: []deadLetter{}}
+		}{Service: t.service, DLQ: t.streams[0], Streams: t.streams, Total: total, Matched: matched, Shown: len(letters), DeadLetters: []deadLetter{}}
 		for _, dl := range letters {
 			doc.DeadLetters = append(doc.DeadLetters, toJSON(dl, dec))
 		}
@@ -414,7 +439,7 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 	}
 	switch {
 	case total == 0:
-		fmt.Fprintf(out, "%s has no dead letters (%s is empty)\n", t.service, t.key)
+		fmt.Fprintf(out, "%s has no dead letters (%s)\n", t.service, t.empty())
 		if hint := t.unknownServiceHint(ctx); hint != "" {
 			fmt.Fprintf(out, "note: %s\n", hint)
 		}
@@ -446,15 +471,22 @@ func count(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + plural(n)
 }
 
-// dlqColumns are the columns of `rpr dlq ls`.
+// dlqColumns are the columns of `rpr dlq ls`; a LANE column follows
+// METHOD when some letter was dead-lettered in a lane other than the
+// default.
 var dlqColumns = []string{"ENTRY", "REQUEST", "METHOD", "CODE", "ATTEMPTS", "AGE", "REASON"}
 
 // printDeadLetterTable writes letters as an aligned table; width, when
 // positive, is the line width the REASON column is cut to fit.
 func printDeadLetterTable(out io.Writer, letters []tunnel.DeadLetter, now time.Time, width int) {
+	columns := dlqColumns
+	withLane := slices.ContainsFunc(letters, func(dl tunnel.DeadLetter) bool { return dl.Lane != tunnel.DefaultLane })
+	if withLane {
+		columns = slices.Insert(slices.Clone(dlqColumns), 3, "LANE")
+	}
 	rows := make([][]string, len(letters))
-	widths := make([]int, len(dlqColumns))
-	for i, c := range dlqColumns {
+	widths := make([]int, len(columns))
+	for i, c := range columns {
 		widths[i] = len(c)
 	}
 	for i, dl := range letters {
@@ -467,6 +499,9 @@ func printDeadLetterTable(out io.Writer, letters []tunnel.DeadLetter, now time.T
 			attempts = strconv.Itoa(dl.Attempts)
 		}
 		rows[i] = []string{dl.EntryID, orDash(dl.RequestID), orDash(shortMethod(dl.Method)), codeText(dl.Code), attempts, age, whyText(dl)}
+		if withLane {
+			rows[i] = slices.Insert(rows[i], 3, dl.Lane)
+		}
 		for j, cell := range rows[i][:len(rows[i])-1] {
 			widths[j] = max(widths[j], utf8.RuneCountInString(cell))
 		}
@@ -480,7 +515,7 @@ func printDeadLetterTable(out io.Writer, letters []tunnel.DeadLetter, now time.T
 		reasonWidth = max(width-used, minReasonWidth)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(dlqColumns, "\t"))
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
 	for _, r := range rows {
 		r[len(r)-1] = truncate(r[len(r)-1], reasonWidth)
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
@@ -561,6 +596,8 @@ func isTerminal(v any) bool {
 // deadLetter is a dead letter as `-o json` prints it.
 type deadLetter struct {
 	EntryID   string              `json:"entry_id"`
+	Shard     int                 `json:"shard"`
+	Lane      string              `json:"lane"`
 	RequestID string              `json:"request_id,omitempty"`
 	Key       string              `json:"key,omitempty"`
 	Method    string              `json:"method,omitempty"`
@@ -584,7 +621,7 @@ type deadLetter struct {
 
 func toJSON(dl tunnel.DeadLetter, dec *payloadDecoder) deadLetter {
 	j := deadLetter{
-		EntryID: dl.EntryID, RequestID: dl.RequestID, Key: dl.Key, Method: dl.Method, Kind: kindOf(dl),
+		EntryID: dl.EntryID, Shard: dl.Shard, Lane: dl.Lane, RequestID: dl.RequestID, Key: dl.Key, Method: dl.Method, Kind: kindOf(dl),
 		Error: dl.Error, Reason: dl.Reason, Attempts: dl.Attempts, Replays: dl.Replays,
 		Worker: dl.Worker, Header: dl.Header, PayloadBase64: dl.Payload, DecodeError: dl.DecodeError,
 	}
@@ -685,12 +722,12 @@ func newDlqShowCommand() *cobra.Command {
 		Use:   "show SERVICE ID",
 		Short: "Show every field of one dead letter, its payload as JSON",
 		Long: `show prints one dead letter, found by its entry id (the first column of
-"rpr dlq ls") or its request id: ids, idempotency key, method, kind, the
-last attempt's code and error, why it was dead-lettered, attempts and
-earlier replays, when it was enqueued and when it failed, the worker,
-the request's metadata, and its payload as JSON, decoded with the schema
-the service's servers published (raw bytes, in hex and base64, when Redis
-has no schema).
+"rpr dlq ls") or its request id: ids, its shard (of a sharded service) and
+lane, idempotency key, method, kind, the last attempt's code and error,
+why it was dead-lettered, attempts and earlier replays, when it was
+enqueued and when it failed, the worker, the request's metadata, and its
+payload as JSON, decoded with the schema the service's servers published
+(raw bytes, in hex and base64, when Redis has no schema).
 
 Exit status: 0 when shown; 1 when the DLQ has no such letter; 2 on bad input.`,
 		Example: `  rpr dlq show examples.orders.v1.Orders 1764434400123-0
@@ -747,17 +784,27 @@ func (t *dlqTarget) notFound(ctx context.Context, ids []string) error {
 	return errors.New(msg)
 }
 
-var entryIDPattern = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)
+// isEntryID reports whether id is a dead letter's entry id ("1764434400123-0"
+// or, in shard 2 of a sharded service, "2/1764434400123-0").
+func isEntryID(id string) bool {
+	_, _, err := tunnel.ParseDeadLetterID(id)
+	return err == nil
+}
 
 // checkID refuses an ID that is neither an entry id nor a request id.
 func checkID(id string) error {
-	if entryIDPattern.MatchString(id) {
+	if isEntryID(id) {
 		return nil
 	}
 	if _, err := tunnel.ParseRequestID(id); err == nil {
 		return nil
 	}
-	return exitError{code: 2, cause: fmt.Errorf("%q is neither an entry id (e.g. 1764434400123-0, the first column of \"rpr dlq ls\") nor a request id (e.g. 20261129-ORD1-1764434400123-K7P2QXM4RT)", id)}
+	if strings.Contains(id, "/") {
+		// Meant as an entry id of a shard: say what is wrong with it.
+		_, _, err := tunnel.ParseDeadLetterID(id)
+		return exitError{code: 2, cause: err}
+	}
+	return exitError{code: 2, cause: fmt.Errorf("%q is neither an entry id (e.g. 1764434400123-0, or 2/1764434400123-0 in shard 2 of a sharded service: the first column of \"rpr dlq ls\") nor a request id (e.g. 20261129-ORD1-1764434400123-K7P2QXM4RT)", id)}
 }
 
 // printDeadLetter writes every field of dl.
@@ -769,7 +816,11 @@ func printDeadLetter(out io.Writer, t *dlqTarget, dl tunnel.DeadLetter, dec *pay
 		return fmt.Sprintf("%s (%s ago)", at.UTC().Format("2006-01-02T15:04:05.000Z07:00"), formatAge(max(now.Sub(at), 0)))
 	}
 	row := func(label, value string) { fmt.Fprintf(out, "%-10s %s\n", label, value) }
-	row("entry", dl.EntryID+" in "+t.key)
+	row("entry", dl.EntryID+" in "+dl.Stream)
+	if len(t.streams) > 1 {
+		row("shard", fmt.Sprintf("%d of %d", dl.Shard, len(t.streams)))
+	}
+	row("lane", dl.Lane)
 	row("request", orDash(dl.RequestID))
 	key := orDash(dl.Key)
 	if dl.Key != "" && dl.Key == dl.RequestID {
@@ -914,7 +965,7 @@ func (f *selectFlags) resolve(ctx context.Context, t *dlqTarget, filter tunnel.D
 	for _, id := range ids {
 		var dl tunnel.DeadLetter
 		var ok bool
-		if entryIDPattern.MatchString(id) {
+		if isEntryID(id) {
 			got, err := t.queue.Get(ctx, id)
 			switch {
 			case errors.Is(err, tunnel.ErrNoDeadLetter):
@@ -991,7 +1042,7 @@ func nothingSelected(out io.Writer, t *dlqTarget, sel *dlqSelection, verb string
 		fmt.Fprintf(out, "nothing to %s: no dead letter of %s matches %s\n", verb, t.service, sel.describe())
 		return
 	}
-	fmt.Fprintf(out, "nothing to %s: %s has no dead letters (%s is empty)\n", verb, t.service, t.key)
+	fmt.Fprintf(out, "nothing to %s: %s has no dead letters (%s)\n", verb, t.service, t.empty())
 }
 
 // printBreakdown summarizes letters by method and code, largest group first.
@@ -1056,7 +1107,9 @@ func newDlqReplayCommand() *cobra.Command {
 		Short: "Queue dead letters again, attempts starting over",
 		Long: `replay puts dead letters back in the service's request stream, each
 atomically with its removal from the DLQ, so that a crash or Ctrl-C midway
-neither loses nor duplicates one. Attempts start over at 1, and the replay
+neither loses nor duplicates one. A letter goes back to its shard, and to
+the lane it failed in; when that lane has no live server any more, to the
+default lane instead (the summary says how many). Attempts start over at 1, and the replay
 is counted (see "replays" in "rpr dlq show"). Fix the cause first: a letter
 that fails again comes back to the DLQ.
 
@@ -1131,6 +1184,15 @@ func printReplay(out io.Writer, service string, selected int, res tunnel.ReplayR
 	}
 	for _, r := range rows {
 		fmt.Fprintf(out, "  %-17s  %*d  %s\n", r.label, width, r.n, r.about)
+	}
+	lanes := make([]string, 0, len(res.Rerouted))
+	for lane := range res.Rerouted {
+		lanes = append(lanes, lane)
+	}
+	sort.Strings(lanes)
+	for _, lane := range lanes {
+		fmt.Fprintf(out, "note: %s of lane %s went to the %s lane instead: lane %s has no live server\n",
+			count(res.Rerouted[lane], "dead letter"), lane, tunnel.DefaultLane, lane)
 	}
 	ids := make([]string, 0, len(res.Skipped))
 	for id := range res.Skipped {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,7 +29,8 @@ func newLsCommand() *cobra.Command {
 		Long: `ls finds every service under the prefix that has published a schema or has
 worker heartbeats, and prints for each its methods (with their flags and
 default timeout, from the schema its servers published) and its workers
-with their last heartbeat. A worker is live when it beat within the last
+with their lane, the shards they read (of a sharded service) and their
+last heartbeat. A worker is live when it beat within the last
 5s; silent workers stay listed for a minute.
 
 Method flags: idempotent (idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS:
@@ -114,17 +117,38 @@ func printService(out io.Writer, h tunnel.Health, sd protoreflect.ServiceDescrip
 		return
 	}
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  WORKER\tSTATE\tHOST\tPID\tLANES\tLAST BEAT")
+	fmt.Fprintln(tw, "  WORKER\tSTATE\tHOST\tPID\tLANE\tSHARDS\tLAST BEAT")
 	for _, w := range h.Workers {
 		state := "live"
 		if !w.Live {
 			state = "silent"
 		}
-		// Lanes do not exist yet: every worker reads the service's one
-		// request stream.
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t-\t%s ago\n", w.ID, state, w.Host, w.PID, time.Since(w.LastBeat).Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s ago\n", w.ID, state, w.Host, w.PID, orDash(w.Lane), shardList(w.Shards), time.Since(w.LastBeat).Round(100*time.Millisecond))
 	}
 	tw.Flush()
+}
+
+// shardList prints the shards a worker reads compactly ("0-3,6"); "-" for
+// none listed: the service is not sharded.
+func shardList(shards []int) string {
+	if len(shards) == 0 {
+		return "-"
+	}
+	sorted := slices.Sorted(slices.Values(shards))
+	var parts []string
+	for i := 0; i < len(sorted); {
+		j := i
+		for j+1 < len(sorted) && sorted[j+1] == sorted[j]+1 {
+			j++
+		}
+		part := strconv.Itoa(sorted[i])
+		if j > i {
+			part += "-" + strconv.Itoa(sorted[j])
+		}
+		parts = append(parts, part)
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 // methodFlags lists what a method's options say about calling it.

@@ -4,20 +4,40 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
-// statsColumns are the columns of `rpr stats` and `rpr top`, in order.
+// statsColumns are the columns of `rpr stats` and `rpr top`, in order,
+// for services that are not sharded; withShards adds SHARDS after LANE.
 var statsColumns = []string{"SERVICE", "LANE", "LENGTH", "LAG", "PENDING", "OLDEST", "CONSUMERS", "WORKERS", "RETRY", "DLQ", "CALLS/S"}
 
-// statsRow is one row of the live view: a service's latest sample and the
+// columnsFor returns the columns of a table of rows: statsColumns, with
+// SHARDS when some service of rows is sharded.
+func columnsFor(rows []statsRow) []string {
+	for _, r := range rows {
+		if r.Shards > 1 {
+			return slices.Insert(slices.Clone(statsColumns), 2, "SHARDS")
+		}
+	}
+	return statsColumns
+}
+
+// column returns the index of the column named name in columns.
+func column(columns []string, name string) int { return slices.Index(columns, name) }
+
+// rowKey names a row: a lane of a service.
+type rowKey struct{ service, lane string }
+
+// statsRow is one row of the live view: a lane's latest sample and the
 // call rate since the sample before it.
 type statsRow struct {
 	tunnel.ServiceStats
@@ -25,10 +45,16 @@ type statsRow struct {
 	// there was no comparable previous sample.
 	rate   float64
 	rateOK bool
+	// firstOfService is true on the service's first row, which alone
+	// shows the service-wide DLQ figure.
+	firstOfService bool
 }
 
-// cells renders the row as the text of statsColumns.
-func (r statsRow) cells() []string {
+func (r statsRow) key() rowKey { return rowKey{r.Service, r.Lane} }
+
+// cells renders the row as the text of columns (statsColumns, or
+// columnsFor's).
+func (r statsRow) cells(columns []string) []string {
 	rate := "-"
 	if r.rateOK {
 		rate = strconv.FormatFloat(r.rate, 'f', 1, 64)
@@ -37,42 +63,100 @@ func (r statsRow) cells() []string {
 	if r.Pending > 0 {
 		oldest = formatAge(r.OldestPending)
 	}
-	return []string{
-		r.Service,
-		// Services have one request stream until lanes exist; "-" is it.
-		"-",
-		strconv.FormatInt(r.Length, 10),
-		strconv.FormatInt(r.Lag, 10),
-		strconv.FormatInt(r.Pending, 10),
-		oldest,
-		strconv.FormatInt(r.Consumers, 10),
-		strconv.Itoa(r.LiveWorkers),
-		strconv.FormatInt(r.Retrying, 10),
-		strconv.FormatInt(r.DeadLetters, 10),
-		rate,
+	// The DLQ holds the letters of every lane: shown once per service, on
+	// its first row, with a ditto mark on the others.
+	dlq := `"`
+	if r.firstOfService {
+		dlq = strconv.FormatInt(r.DeadLetters, 10)
 	}
+	out := make([]string, 0, len(columns))
+	for _, c := range columns {
+		var cell string
+		switch c {
+		case "SERVICE":
+			cell = r.Service
+		case "LANE":
+			cell = r.Lane
+		case "SHARDS":
+			cell = strconv.Itoa(r.Shards)
+		case "LENGTH":
+			cell = strconv.FormatInt(r.Length, 10)
+		case "LAG":
+			cell = strconv.FormatInt(r.Lag, 10)
+		case "PENDING":
+			cell = strconv.FormatInt(r.Pending, 10)
+		case "OLDEST":
+			cell = oldest
+		case "CONSUMERS":
+			cell = strconv.FormatInt(r.Consumers, 10)
+		case "WORKERS":
+			cell = strconv.Itoa(r.LiveWorkers)
+		case "RETRY":
+			cell = strconv.FormatInt(r.Retrying, 10)
+		case "DLQ":
+			cell = dlq
+		case "CALLS/S":
+			cell = rate
+		}
+		out = append(out, cell)
+	}
+	return out
 }
 
-// rowsSince pairs each service of cur with its sample in prev (if any)
-// and computes the call rate.
-func rowsSince(prev map[string]tunnel.ServiceStats, cur []tunnel.ServiceStats) []statsRow {
+// rowsSince pairs each lane of cur with its sample in prev (if any) and
+// computes the call rate.
+func rowsSince(prev map[rowKey]tunnel.ServiceStats, cur []tunnel.ServiceStats) []statsRow {
 	rows := make([]statsRow, len(cur))
 	for i, st := range cur {
-		rows[i] = statsRow{ServiceStats: st}
-		if p, ok := prev[st.Service]; ok {
+		rows[i] = statsRow{ServiceStats: st, firstOfService: i == 0 || cur[i-1].Service != st.Service}
+		if p, ok := prev[rows[i].key()]; ok {
 			rows[i].rate, rows[i].rateOK = st.CallsPerSecond(p)
 		}
 	}
 	return rows
 }
 
-// byService indexes samples by service name.
-func byService(samples []tunnel.ServiceStats) map[string]tunnel.ServiceStats {
-	m := make(map[string]tunnel.ServiceStats, len(samples))
+// byLane indexes samples by service and lane.
+func byLane(samples []tunnel.ServiceStats) map[rowKey]tunnel.ServiceStats {
+	m := make(map[rowKey]tunnel.ServiceStats, len(samples))
 	for _, st := range samples {
-		m[st.Service] = st
+		m[rowKey{st.Service, st.Lane}] = st
 	}
 	return m
+}
+
+// heldLanes returns the lanes of service that hold requests (queued,
+// running or waiting for a retry) in some shard, as tunnel.Lanes finds
+// them. InspectLanes finds the routed and served lanes by itself, but not
+// a lane whose route was removed and whose servers are long gone: that
+// takes a scan of the keyspace, which the live view does not repeat at
+// every sample.
+func heldLanes(ctx context.Context, rdb redis.UniversalClient, prefix, service string) ([]string, error) {
+	statuses, err := tunnel.Lanes(ctx, rdb, prefix, service)
+	if err != nil {
+		return nil, err
+	}
+	var lanes []string
+	for _, st := range statuses {
+		if st.Queued > 0 {
+			lanes = append(lanes, st.Lane)
+		}
+	}
+	return lanes, nil
+}
+
+// sampleServices reads the figures of each lane of services, in order,
+// with the lanes held names for each besides those InspectLanes finds.
+func sampleServices(ctx context.Context, rdb redis.UniversalClient, prefix string, services []string, held map[string][]string) ([]tunnel.ServiceStats, error) {
+	var out []tunnel.ServiceStats
+	for _, svc := range services {
+		lanes, err := tunnel.InspectLanes(ctx, rdb, prefix, svc, held[svc]...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lanes...)
+	}
+	return out, nil
 }
 
 // formatAge prints a duration compactly for a table cell: 850ms, 12.3s,
@@ -103,17 +187,22 @@ func (f *liveViewFlags) registerLiveView(cmd *cobra.Command, intervalHelp string
 }
 
 // statsColumnHelp explains the columns, for both commands' --help.
-const statsColumnHelp = `Columns:
+const statsColumnHelp = `One row per lane of each service: the default lane, the lanes its routes
+name, those its workers serve, and those that still hold requests. A
+sharded service's figures are over all its shards.
+
+Columns:
   SERVICE    the service's full name
-  LANE       the request stream's lane ("-": the service's only stream)
-  LENGTH     requests in the stream: waiting plus being worked on
+  LANE       the lane ("default" unless routes send calls elsewhere)
+  SHARDS     the service's shard count (shown when some service has more than one)
+  LENGTH     requests in the lane's streams: waiting plus being worked on
   LAG        requests no worker has read yet
   PENDING    requests read by a worker and not yet answered
   OLDEST     age of the oldest pending request (Redis's clock)
-  CONSUMERS  consumers the "workers" group knows (past and present)
-  WORKERS    workers with a heartbeat in the last 5s
-  RETRY      async requests waiting in the retry set (a retry or a delay)
-  DLQ        entries in the dead-letter stream
+  CONSUMERS  consumers the "workers" groups know (past and present)
+  WORKERS    workers of the lane with a heartbeat in the last 5s
+  RETRY      async requests waiting in the retry sets (a retry or a delay)
+  DLQ        dead letters of the service, all lanes (on its first row; " on the others)
   CALLS/S    calls enqueued per second over the last interval`
 
 func newStatsCommand() *cobra.Command {
@@ -121,10 +210,11 @@ func newStatsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats [pkg.Service...]",
 		Short: "Print the queue figures of services once (length, lag, pending, DLQ, calls/s)",
-		Long: `stats reads each service's request stream, consumer group, dead-letter
-stream and worker heartbeats from Redis, twice, --interval apart, and prints
-one table. With no service named it shows every service under --prefix that
-has published its schema or has worker heartbeats (as "rpr ls" does).
+		Long: `stats reads each service's request streams, consumer groups, retry
+sets, dead-letter streams and worker heartbeats from Redis, twice,
+--interval apart, and prints one table. With no service named it shows
+every service under --prefix that has published its schema or has worker
+heartbeats (as "rpr ls" does).
 
 ` + statsColumnHelp,
 		Example: `  rpr stats --redis redis://10.0.0.5:6379/0
@@ -139,28 +229,36 @@ has published its schema or has worker heartbeats (as "rpr ls" does).
 				return err
 			}
 			defer rdb.Close()
-			first, err := tunnel.InspectAll(ctx, rdb, flags.prefix, args...)
-			if err != nil {
-				return err
+			services := args
+			if len(services) == 0 {
+				if services, err = tunnel.ListServices(ctx, rdb, flags.prefix); err != nil {
+					return err
+				}
 			}
-			if len(first) == 0 {
+			if len(services) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "no services under prefix %q (no published schema or worker heartbeats found)\n", flags.prefix)
 				return nil
+			}
+			held := map[string][]string{}
+			for _, svc := range services {
+				if held[svc], err = heldLanes(ctx, rdb, flags.prefix, svc); err != nil {
+					return err
+				}
+			}
+			first, err := sampleServices(ctx, rdb, flags.prefix, services, held)
+			if err != nil {
+				return err
 			}
 			select {
 			case <-time.After(flags.interval):
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
-			names := make([]string, len(first))
-			for i, st := range first {
-				names[i] = st.Service
-			}
-			second, err := tunnel.InspectAll(ctx, rdb, flags.prefix, names...)
+			second, err := sampleServices(ctx, rdb, flags.prefix, services, held)
 			if err != nil {
 				return err
 			}
-			printStats(cmd.OutOrStdout(), rowsSince(byService(first), second))
+			printStats(cmd.OutOrStdout(), rowsSince(byLane(first), second))
 			return nil
 		},
 	}
@@ -170,10 +268,11 @@ has published its schema or has worker heartbeats (as "rpr ls" does).
 
 // printStats writes rows as an aligned table under a header.
 func printStats(out io.Writer, rows []statsRow) {
+	columns := columnsFor(rows)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(statsColumns, "\t"))
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r.cells(), "\t"))
+		fmt.Fprintln(tw, strings.Join(r.cells(columns), "\t"))
 	}
 	_ = tw.Flush()
 }

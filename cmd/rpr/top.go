@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -29,6 +30,9 @@ const (
 	lagStuckSamples = 5
 	// historyLen is how many samples the sparklines show.
 	historyLen = 30
+	// heldLanesEvery is how often top looks again for lanes that hold
+	// requests but are neither routed nor served (a keyspace scan).
+	heldLanesEvery = 30 * time.Second
 )
 
 var (
@@ -44,10 +48,11 @@ func newTopCommand() *cobra.Command {
 		Use:   "top [pkg.Service...]",
 		Short: "Live view of services' queues, refreshed every second (q quits)",
 		Long: `top shows the table of "rpr stats" live, refreshed every --interval, with
-sparklines of each service's calls/s and backlog (LAG + PENDING) over the
+sparklines of each lane's calls/s and backlog (LAG + PENDING) over the
 last 30 refreshes. With no service named it shows every service under
 --prefix that has published its schema or has worker heartbeats (as "rpr ls"
-does), and picks up new ones as they appear.
+does), and picks up new ones as they appear. Lanes that hold requests but
+are neither routed nor served are looked for every 30s (a keyspace scan).
 Press q or ctrl+c to quit.
 
 Colours: yellow is a warning, red is critical.
@@ -82,7 +87,8 @@ Colours: yellow is a warning, red is critical.
 	return cmd
 }
 
-// serviceHistory is what top remembers of one service across refreshes.
+// serviceHistory is what top remembers of one lane of a service across
+// refreshes.
 type serviceHistory struct {
 	rates   []float64 // calls/s, newest last
 	backlog []float64 // lag + pending, newest last
@@ -104,11 +110,35 @@ type topModel struct {
 	flags    liveViewFlags
 	services []string // named on the command line; nil to discover
 
-	prev    map[string]tunnel.ServiceStats
+	prev    map[rowKey]tunnel.ServiceStats
 	rows    []statsRow
-	history map[string]*serviceHistory
+	history map[rowKey]*serviceHistory
+	held    *heldLaneCache
 	err     error
 	width   int
+}
+
+// heldLaneCache is what top last found of the lanes that hold requests
+// (see heldLanes), by service. Samples are taken one at a time, in the
+// background; the mutex only makes that not matter.
+type heldLaneCache struct {
+	mu    sync.Mutex
+	lanes map[string][]string
+	at    map[string]time.Time // when each service's were found
+}
+
+// get returns service's held lanes, looking again when they are older
+// than heldLanesEvery. A failed look keeps the last lanes found.
+func (c *heldLaneCache) get(ctx context.Context, rdb redis.UniversalClient, prefix, service string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.at[service]; !ok || time.Since(at) > heldLanesEvery {
+		if lanes, err := heldLanes(ctx, rdb, prefix, service); err == nil {
+			c.lanes[service] = lanes
+		}
+		c.at[service] = time.Now()
+	}
+	return c.lanes[service]
 }
 
 // sampleMsg carries one refresh's figures.
@@ -121,7 +151,8 @@ type sampleMsg struct {
 type tickMsg struct{}
 
 func newTopModel(ctx context.Context, rdb redis.UniversalClient, flags liveViewFlags, services []string) topModel {
-	return topModel{ctx: ctx, rdb: rdb, flags: flags, services: services, history: map[string]*serviceHistory{}}
+	return topModel{ctx: ctx, rdb: rdb, flags: flags, services: services, history: map[rowKey]*serviceHistory{},
+		held: &heldLaneCache{lanes: map[string][]string{}, at: map[string]time.Time{}}}
 }
 
 // sample reads the figures in the background; a slow Redis delays the
@@ -129,7 +160,21 @@ func newTopModel(ctx context.Context, rdb redis.UniversalClient, flags liveViewF
 func (m topModel) sample() tea.Msg {
 	ctx, cancel := context.WithTimeout(m.ctx, max(5*time.Second, 2*m.flags.interval))
 	defer cancel()
-	stats, err := tunnel.InspectAll(ctx, m.rdb, m.flags.prefix, m.services...)
+	services := m.services
+	if len(services) == 0 {
+		var err error
+		if services, err = tunnel.ListServices(ctx, m.rdb, m.flags.prefix); err != nil {
+			return sampleMsg{err: err}
+		}
+	}
+	held := map[string][]string{}
+	for _, svc := range services {
+		held[svc] = m.held.get(ctx, m.rdb, m.flags.prefix, svc)
+	}
+	stats, err := sampleServices(ctx, m.rdb, m.flags.prefix, services, held)
+	if err == nil && stats == nil {
+		stats = []tunnel.ServiceStats{} // sampled: no services
+	}
 	return sampleMsg{stats: stats, err: err}
 }
 
@@ -161,12 +206,12 @@ func (m *topModel) record(msg sampleMsg) {
 		return
 	}
 	m.rows = rowsSince(m.prev, msg.stats)
-	m.prev = byService(msg.stats)
+	m.prev = byLane(msg.stats)
 	for _, r := range m.rows {
-		h := m.history[r.Service]
+		h := m.history[r.key()]
 		if h == nil {
 			h = &serviceHistory{}
-			m.history[r.Service] = h
+			m.history[r.key()] = h
 		}
 		if r.rateOK {
 			h.rates = appendCapped(h.rates, r.rate)
@@ -176,38 +221,40 @@ func (m *topModel) record(msg sampleMsg) {
 	}
 }
 
-// cellStyles returns the style of each of the row's cells (nil: plain).
-func (m topModel) cellStyles(r statsRow) []*lipgloss.Style {
-	styles := make([]*lipgloss.Style, len(statsColumns))
+// cellStyles returns the style of each of the row's cells under columns
+// (nil: plain).
+func (m topModel) cellStyles(r statsRow, columns []string) []*lipgloss.Style {
+	styles := make([]*lipgloss.Style, len(columns))
+	set := func(name string, style *lipgloss.Style) { styles[column(columns, name)] = style }
 	noWorkers := r.LiveWorkers == 0
 	if noWorkers {
-		styles[7] = &criticalStyle
+		set("WORKERS", &criticalStyle)
 	}
 	switch {
 	case r.Lag > 0 && noWorkers:
-		styles[3] = &criticalStyle
-	case r.Lag > 0 && m.lagStuck(r.Service):
-		styles[3] = &warnStyle
+		set("LAG", &criticalStyle)
+	case r.Lag > 0 && m.lagStuck(r.key()):
+		set("LAG", &warnStyle)
 	}
 	if r.Pending > 0 && noWorkers {
-		styles[4] = &criticalStyle
+		set("PENDING", &criticalStyle)
 	}
 	switch {
 	case r.Pending > 0 && r.OldestPending > oldestCritical:
-		styles[5] = &criticalStyle
+		set("OLDEST", &criticalStyle)
 	case r.Pending > 0 && r.OldestPending > oldestWarn:
-		styles[5] = &warnStyle
+		set("OLDEST", &warnStyle)
 	}
-	if r.DeadLetters > 0 {
-		styles[8] = &warnStyle
+	if r.DeadLetters > 0 && r.firstOfService {
+		set("DLQ", &warnStyle)
 	}
 	return styles
 }
 
-// lagStuck reports whether the service's lag has stayed above zero
-// without falling over the last lagStuckSamples refreshes.
-func (m topModel) lagStuck(service string) bool {
-	h := m.history[service]
+// lagStuck reports whether the lane's lag has stayed above zero without
+// falling over the last lagStuckSamples refreshes.
+func (m topModel) lagStuck(key rowKey) bool {
+	h := m.history[key]
 	if h == nil || len(h.lag) < lagStuckSamples {
 		return false
 	}
@@ -229,20 +276,21 @@ func (m topModel) View() tea.View {
 	b.WriteString(status + "  " + dimStyle.Render("q: quit") + "\n\n")
 
 	// Column widths from the plain text, so styles do not disturb them.
+	columns := columnsFor(m.rows)
 	cells := make([][]string, len(m.rows))
-	widths := make([]int, len(statsColumns))
-	for i, c := range statsColumns {
+	widths := make([]int, len(columns))
+	for i, c := range columns {
 		widths[i] = len(c)
 	}
 	for i, r := range m.rows {
-		cells[i] = r.cells()
+		cells[i] = r.cells(columns)
 		for j, c := range cells[i] {
 			widths[j] = max(widths[j], lipgloss.Width(c))
 		}
 	}
-	b.WriteString(headerStyle.Render(joinPadded(statsColumns, widths, nil)) + "\n")
+	b.WriteString(headerStyle.Render(joinPadded(columns, widths, nil)) + "\n")
 	for i, r := range m.rows {
-		b.WriteString(joinPadded(cells[i], widths, m.cellStyles(r)) + "\n")
+		b.WriteString(joinPadded(cells[i], widths, m.cellStyles(r, columns)) + "\n")
 	}
 	switch {
 	case m.rows == nil && m.err == nil:
@@ -252,9 +300,9 @@ func (m topModel) View() tea.View {
 	}
 
 	if len(m.rows) > 0 {
-		b.WriteString("\n" + headerStyle.Render(fmt.Sprintf("%-*s  %-*s %-*s", widths[0], "HISTORY", historyLen+10, "CALLS/S", historyLen+10, "BACKLOG")) + "\n")
+		b.WriteString("\n" + headerStyle.Render(fmt.Sprintf("%-*s  %-*s  %-*s %-*s", widths[0], "HISTORY", widths[1], "LANE", historyLen+10, "CALLS/S", historyLen+10, "BACKLOG")) + "\n")
 		for _, r := range m.rows {
-			h := m.history[r.Service]
+			h := m.history[r.key()]
 			rate, backlog := "-", "-"
 			if n := len(h.rates); n > 0 {
 				rate = strconv.FormatFloat(h.rates[n-1], 'f', 1, 64)
@@ -262,7 +310,7 @@ func (m topModel) View() tea.View {
 			if n := len(h.backlog); n > 0 {
 				backlog = strconv.FormatFloat(h.backlog[n-1], 'f', 0, 64)
 			}
-			fmt.Fprintf(&b, "%-*s  %s %-9s %s %-9s\n", widths[0], r.Service,
+			fmt.Fprintf(&b, "%-*s  %-*s  %s %-9s %s %-9s\n", widths[0], r.Service, widths[1], r.Lane,
 				sparkline(h.rates, historyLen), rate, sparkline(h.backlog, historyLen), backlog)
 		}
 	}

@@ -28,6 +28,14 @@ func TestTopInTmux(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Beside it a 3-shard service with a server in the default lane and
+	// requests queued in lane v3, which no server serves.
+	mail := newMailWorldOn(t, rs)
+	mail.serve("")
+	mail.route("v3")
+	for i := range 4 {
+		mail.send(fmt.Sprint("queued-", i))
+	}
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rpr")
@@ -69,7 +77,8 @@ func TestTopInTmux(t *testing.T) {
 		screen = out
 		rows := tableRows(screen)
 		row := rows[liveViewService]
-		if len(rows["SERVICE"]) > 0 && len(row) == len(statsColumns) && row[10] != "-" {
+		mailV3 := statsLines(screen, mailSvc)["v3"]
+		if len(rows["SERVICE"]) > 0 && len(row) == len(statsColumns)+1 && row[11] != "-" && len(mailV3) == len(statsColumns)+1 && mailV3[11] != "-" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -79,13 +88,23 @@ func TestTopInTmux(t *testing.T) {
 	}
 	t.Logf("rpr top screen:\n%s", screen)
 	rows := tableRows(screen)
-	if got := rows["SERVICE"]; strings.Join(got, " ") != strings.Join(statsColumns, " ") {
-		t.Fatalf("header %q; want %q; screen:\n%s", got, statsColumns, screen)
+	wantHeader := "SERVICE LANE SHARDS LENGTH LAG PENDING OLDEST CONSUMERS WORKERS RETRY DLQ CALLS/S"
+	if got := rows["SERVICE"]; strings.Join(got, " ") != wantHeader {
+		t.Fatalf("header %q; want %q; screen:\n%s", got, wantHeader, screen)
 	}
-	// SERVICE LANE LENGTH LAG PENDING OLDEST CONSUMERS WORKERS RETRY DLQ CALLS/S
+	// SERVICE LANE SHARDS LENGTH LAG PENDING OLDEST CONSUMERS WORKERS RETRY DLQ CALLS/S
 	row := rows[liveViewService]
-	if want := []string{liveViewService, "-", "0", "0", "0", "-", "1", "1", "0", "1", "0.0"}; strings.Join(row, " ") != strings.Join(want, " ") {
+	if want := []string{liveViewService, "default", "1", "0", "0", "0", "-", "1", "1", "0", "1", "0.0"}; strings.Join(row, " ") != strings.Join(want, " ") {
 		t.Fatalf("service row %q; want %q; screen:\n%s", row, want, screen)
+	}
+	mailRows := statsLines(screen, mailSvc)
+	for lane, want := range map[string][]string{
+		"default": {mailSvc, "default", "3", "0", "0", "0", "-", "0", "1", "0", "0", "0.0"},
+		"v3":      {mailSvc, "v3", "3", "4", "4", "0", "-", "0", "0", "0", `"`, "0.0"},
+	} {
+		if got := mailRows[lane]; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s lane %s: row %q; want %q; screen:\n%s", mailSvc, lane, got, want, screen)
+		}
 	}
 	if !strings.Contains(screen, "HISTORY") {
 		t.Fatalf("no sparkline section; screen:\n%s", screen)

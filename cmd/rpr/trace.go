@@ -24,8 +24,10 @@ the worker that ran it (and the one it was taken over from), its stream
 entry while it waits or runs, the stored answer, and dead letters. State is
 kept until 10s after the request's deadline.
 
-The id does not name its service: trace looks in every service it finds,
-or only in --service.`,
+The id does not name its service, shard or lane: trace looks in every
+service it finds, or only in --service, and in each in every shard and
+lane (the default lane, those its routes name and those its workers
+serve).`,
 		Example: `  rpr trace 20261129-ORD1-1764434400123-K7P2QXM4RT`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -65,6 +67,12 @@ func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.Reque
 		return
 	}
 	fmt.Fprintf(out, "service   %s\n", tr.Service)
+	if tr.Shards > 1 {
+		fmt.Fprintf(out, "shard     %d of %d\n", tr.Shard, tr.Shards)
+	}
+	if tr.Lane != "" {
+		fmt.Fprintf(out, "lane      %s\n", tr.Lane)
+	}
 	if tr.Key != "" && tr.Key != raw {
 		fmt.Fprintf(out, "key       %s (async; its state is the key's)\n", tr.Key)
 	}
@@ -91,7 +99,11 @@ func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.Reque
 		fmt.Fprintf(out, "  state expires in %v\n", tr.ExpiresIn.Round(time.Millisecond))
 	}
 	if q := tr.Queued; q != nil {
-		fmt.Fprintf(out, "entry     %s in the request stream: %s, enqueued %s, deadline %s\n", q.ID, q.Method, stamp(q.Enqueued), stamp(q.Deadline))
+		deadline := "none"
+		if !q.Deadline.IsZero() {
+			deadline = stamp(q.Deadline)
+		}
+		fmt.Fprintf(out, "entry     %s in the request stream: %s, enqueued %s, deadline %s\n", q.ID, q.Method, stamp(q.Enqueued), deadline)
 		for k, v := range q.Header {
 			fmt.Fprintf(out, "  header  %s: %s\n", k, strings.Join(v, ", "))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -44,5 +45,33 @@ func TestTraceShowsARequestsLife(t *testing.T) {
 	}
 	if out, code = runRPR(t, "trace", "--redis", rs.URL(), "not-an-id"); code != 2 {
 		t.Errorf("malformed id: exit %d:\n%s", code, out)
+	}
+}
+
+// TestTraceShardedService: trace finds requests of a 3-shard service in
+// whatever shard and lane holds them, and says which.
+func TestTraceShardedService(t *testing.T) {
+	w := newMailWorld(t)
+	w.serve("")
+	w.route("v3") // no server: Send's requests stay queued there
+	seen := map[string]bool{}
+	for i := range 6 {
+		id := w.send(fmt.Sprint("m", i))
+		out, code := runRPR(t, "trace", "--redis", w.rs.URL(), id)
+		if code != 0 || !strings.Contains(out, "service   "+mailSvc+"\n") || !strings.Contains(out, "lane      v3\n") ||
+			!strings.Contains(out, "in the request stream: "+mailSvc+"/Send") {
+			t.Fatalf("trace of queued %s: exit %d:\n%s", id, code, out)
+		}
+		for shard := range 3 {
+			if strings.Contains(out, fmt.Sprintf("shard     %d of 3\n", shard)) {
+				seen[fmt.Sprint(shard)] = true
+			}
+		}
+		if i == 0 {
+			t.Logf("rpr trace %s:\n%s", id, out)
+		}
+	}
+	if !seen["2"] || len(seen) != 3 {
+		t.Fatalf("traced requests in shards %v; want each of 0, 1 and 2", seen)
 	}
 }
