@@ -319,7 +319,7 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 }
 
 // outgoingCall is what every attempt of one call shares: the same request
-// id, so that servers deduplicate attempts.
+// id (one call, one id in every log line and trace).
 type outgoingCall struct {
 	method  *MethodDesc
 	full    string
@@ -392,27 +392,33 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	defer svc.forget(rid)
 	sent := make(chan error, 1)
 	requests := c.keys.shard(call.method.Service, call.shard).requests(call.lane)
+	var entryID string // the request's stream entry, once XADD answered
 	send := &pipelineOp{
 		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 			return p.XAdd(ctx, &redis.XAddArgs{Stream: requests, Values: []any{envelopeField, raw}})
 		},
-		done: func(cmd redis.Cmder) { sent <- cmd.Err() },
+		done: func(cmd redis.Cmder) {
+			if xadd, ok := cmd.(*redis.StringCmd); ok {
+				entryID = xadd.Val()
+			}
+			sent <- cmd.Err()
+		},
 	}
 	err = c.writer.submit(ctx, send)
 	if errors.Is(err, errBatcherClosed) {
 		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
 	}
 	if err != nil { // the context ended while waiting to queue: nothing was sent
-		return c.gaveUp(ctx, call, false)
+		return c.gaveUp(ctx, call, false, "")
 	}
 
 	for {
 		select {
 		case err := <-sent:
 			if err != nil {
-				// Whether the request reached Redis is unknown, but a retry
-				// with the same id cannot run it twice.
-				return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: send request to redis: %v", full, rid, err), local: true}
+				// Whether the request reached Redis is unknown: only an
+				// idempotent method's call is retried after this.
+				return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: send request to redis: %v (whether it reached Redis, and so may run, is unknown)", full, rid, err), local: true}
 			}
 			sent = nil // sent; keep waiting for the response
 		case res := <-wait:
@@ -422,8 +428,18 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 			return c.finish(full, res.resp, reply, call.cfg)
 		case <-ctx.Done():
 			// A request still queued in this process is withdrawn and never
-			// sent; one already handed to Redis needs the arbiter.
-			return c.gaveUp(ctx, call, !send.abandon())
+			// sent; one already handed to Redis needs the arbiter, which
+			// needs its entry id: the send's reply is due any moment.
+			if send.abandon() {
+				return c.gaveUp(ctx, call, false, "")
+			}
+			if sent != nil {
+				select {
+				case <-sent:
+				case <-time.After(arbiterBudget):
+				}
+			}
+			return c.gaveUp(ctx, call, true, entryID)
 		}
 	}
 }
@@ -437,7 +453,7 @@ const arbiterBudget = 500 * time.Millisecond
 // CANCELLED unless a worker got to it first, which is what tells the caller
 // whether it provably did not run (NotExecuted). A request that never left
 // this process needs no mark.
-func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool) error {
+func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool, entryID string) error {
 	code, mark, what := DeadlineExceeded, "TIMEOUT", "deadline exceeded"
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code, mark, what = Canceled, "CANCELLED", "call cancelled by the caller"
@@ -448,9 +464,10 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool)
 	}
 	actx, cancel := context.WithTimeout(context.Background(), arbiterBudget)
 	defer cancel()
+	shard := c.keys.shard(call.method.Service, call.shard)
 	res, err := arbiterScript.Run(actx, c.rdb,
-		[]string{c.keys.shard(call.method.Service, call.shard).state(call.id)},
-		mark, stateMargin.Milliseconds(), c.keys.cancels(call.method.Service), call.id).Slice()
+		[]string{shard.state(call.id), shard.requests(call.lane)},
+		mark, stateMargin.Milliseconds(), c.keys.cancels(call.method.Service), call.id, entryID, workersGroup).Slice()
 	if err != nil || len(res) != 2 {
 		return Errorf(code, "%s; whether it was executed is unknown (could not reach Redis to settle it: %v)", prefix, err)
 	}
@@ -459,8 +476,12 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool)
 	switch {
 	case won == 1 || state == "TIMEOUT" || state == "CANCELLED":
 		return notExecutedf(code, "%s while the request waited in the queue; it was not executed and will not be", prefix)
-	case state == "PROCESSING":
+	case state == "PROCESSING" || state == "DELIVERED":
 		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)
+	case state == "FINISHED":
+		return Errorf(code, "%s as the request finished on a server; it ran and ended just as the caller gave up (its response came too late)", prefix)
+	case state == "UNKNOWN":
+		return Errorf(code, "%s; whether it was executed is unknown (Redis's reply to the send was lost)", prefix)
 	default: // SUCCESS or FAILED: finished just as the caller gave up
 		return Errorf(code, "%s while the request was executing; it ran and ended %s just as the caller gave up", prefix, state)
 	}
@@ -512,7 +533,7 @@ func (c *Client) noLiveServerError(svc *clientService, full, rid, lane string) *
 
 // route picks the lane and shard of a call: the lane from WithLane, else
 // from the service's routing table; the shard from key (an async
-// request's idempotency key) when there is one, else the next in turn.
+// request's idempotency key) when there is one, else one at random.
 func (c *Client) route(svc *clientService, method *MethodDesc, cfg *callConfig, key string) (lane string, shard int) {
 	lane = cfg.lane
 	if lane == "" {

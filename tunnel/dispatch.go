@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,12 @@ type received struct {
 	// state is the request's state hash: named by the request id, or by
 	// the idempotency key for an async request.
 	state string
+	// fast marks a unary request on the fast path: no state hash while
+	// it runs (see scripts.go).
+	fast bool
+	// takenFrom names the worker an entry was reclaimed from ("unknown"
+	// when Redis did not say); "" for an entry read afresh.
+	takenFrom string
 }
 
 // readRequests takes requests of q in batches, never more than there are
@@ -109,11 +116,24 @@ func (r *serveRun) readRequests(ctx context.Context, q *queue) {
 			}
 			backoff.wait(ctx)
 		}
-		r.process(readCtx, q, msgs)
+		r.process(readCtx, q, msgs, nil)
 		if ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// run starts the handler of a request this worker claimed, in the slot
+// the request holds.
+func (r *serveRun) run(q *queue, req *received, d beginDecision) {
+	r.handlers.Add(1)
+	go func() {
+		defer func() {
+			r.releaseSlots(1)
+			r.handlers.Done()
+		}()
+		r.handle(q, req, d)
+	}()
 }
 
 // recreateGroup restores the workers group after Redis lost it (restarted
@@ -145,12 +165,16 @@ func (r *serveRun) releaseSlots(n int) {
 	}
 }
 
-// process handles entries this worker just received, read or reclaimed;
-// each holds a handler slot. Entries that cannot be decoded are dealt with
-// one by one; the rest go through beginScript together, which decides in
-// one round trip which of them this worker may run.
-func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage) {
+// process handles entries this worker just received: read (previous nil)
+// or reclaimed from other workers (previous maps each entry to the worker
+// that held it, "" when not known); each holds a handler slot. Entries that cannot be decoded are dealt with one by one. Unary
+// requests delivered for the first time and within their deadline take the
+// fast path (see scripts.go): their delivery is their claim, so they run
+// at once, with no round trip. The rest go through beginScript together,
+// which decides in one round trip which of them this worker may run.
+func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage, previous map[string]string) {
 	batch := make([]*received, 0, len(msgs))
+	now := r.server.clock.toRedis(time.Now())
 	for _, msg := range msgs {
 		req := r.decode(q, msg)
 		if req != nil && r.running.has(req.env.ID) {
@@ -159,10 +183,17 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage)
 			r.server.log.Info("rpr: reclaimed a request this worker is still running; left to its handler", "request_id", req.env.ID)
 			req = nil
 		}
-		if req != nil {
-			batch = append(batch, req)
-		} else {
+		switch {
+		case req == nil:
 			r.releaseSlots(1)
+		case previous == nil && req.env.Kind == kindUnary && now < req.deadline:
+			req.fast = true
+			r.run(q, req, beginDecision{what: "run"})
+		default:
+			if previous != nil {
+				req.takenFrom = cmp.Or(previous[req.entryID], "unknown")
+			}
+			batch = append(batch, req)
 		}
 	}
 	if len(batch) == 0 {
@@ -187,14 +218,7 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage)
 				log().Warn("rpr: took over a request whose worker's lease expired", "decision", d.what, "previous_worker", d.detail)
 				r.server.stats.reclaimed.Add(1)
 			}
-			r.handlers.Add(1)
-			go func() {
-				defer func() {
-					r.releaseSlots(1)
-					r.handlers.Done()
-				}()
-				r.handle(q, req, d)
-			}()
+			r.run(q, req, d)
 			continue
 		case "expired":
 			log().Info("rpr: deadline passed before a worker took the request; not executed")
@@ -267,7 +291,7 @@ type beginDecision struct {
 func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]beginDecision, error) {
 	s := r.server
 	keys := make([]string, 0, 2+2*len(batch))
-	args := make([]any, 0, 5+4*len(batch))
+	args := make([]any, 0, 5+6*len(batch))
 	keys = append(keys, q.requests, q.keys.workers())
 	args = append(args, workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds(), stateMargin.Milliseconds(), s.deadAfter().Milliseconds())
 	for _, req := range batch {
@@ -280,7 +304,7 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]be
 		if req.method != nil && req.method.Idempotent {
 			idempotent = 1
 		}
-		args = append(args, req.entryID, req.deadline, idempotent, req.env.Attempt, replies)
+		args = append(args, req.entryID, req.deadline, idempotent, req.env.Attempt, replies, req.takenFrom)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -314,7 +338,7 @@ func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
-	defer r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, state: req.state, cancel: cancelCause})()
+	defer r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, fast: req.fast, state: req.state, cancel: cancelCause})()
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
 	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
@@ -347,7 +371,11 @@ func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 		return
 	}
 	ttl := time.Until(deadline) + stateMargin
-	r.complete(q, req, &completion{action: "reply", target: req.env.ReplyTo, final: final, ttl: ttl, resp: raw}, log)
+	action := "reply"
+	if req.fast {
+		action = "answer" // no state to record (see scripts.go)
+	}
+	r.complete(q, req, &completion{action: action, target: req.env.ReplyTo, final: final, ttl: ttl, resp: raw}, log)
 }
 
 // call runs the handler for req and builds the response envelope. It also
@@ -495,7 +523,7 @@ func (r *serveRun) deadLetter(q *queue, entryID, raw, reason string) {
 	r.logFailure("dead-letter request entry", entryID, r.runScript(&scriptCall{
 		script: deadLetterScript,
 		keys:   []string{q.requests, q.keys.deadLetters()},
-		args:   []any{workersGroup, entryID, raw, reason, InvalidArgument.String(), r.server.opts.WorkerID},
+		args:   []any{workersGroup, entryID, raw, reason, InvalidArgument.String(), r.server.opts.WorkerID, laneName0(r.server.opts.Lane)},
 	}))
 }
 

@@ -1,7 +1,9 @@
 package tunnel_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -87,9 +89,10 @@ type env struct {
 	stop   context.CancelFunc
 	served chan error
 
-	mu    sync.Mutex
-	calls map[string]int // executions per method
-	logs  *logBuffer
+	mu      sync.Mutex
+	calls   map[string]int   // executions per method, and per "method(value)"
+	results map[string]error // how each method's last execution ended (nil: not yet)
+	logs    *logBuffer
 }
 
 type envConfig struct {
@@ -101,7 +104,7 @@ type envConfig struct {
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	rs := redistest.Start(t)
-	e := &env{t: t, redis: rs, rdb: rs.Client(t), calls: map[string]int{}, logs: &logBuffer{}}
+	e := &env{t: t, redis: rs, rdb: rs.Client(t), calls: map[string]int{}, results: map[string]error{}, logs: &logBuffer{}}
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.server.Logger == nil {
 		cfg.server.Logger = logger
@@ -179,8 +182,13 @@ func (e *env) handlers() map[string]echoHandler {
 		return func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 			e.mu.Lock()
 			e.calls[name]++
+			e.calls[name+"("+in.GetValue()+")"]++
 			e.mu.Unlock()
-			return h(ctx, in)
+			out, err := h(ctx, in)
+			e.mu.Lock()
+			e.results[name] = cmp.Or(err, errHandlerOK)
+			e.mu.Unlock()
+			return out, err
 		}
 	}
 	return map[string]echoHandler{
@@ -224,6 +232,17 @@ func (e *env) handlers() map[string]echoHandler {
 			return wrapperspb.String(strings.Repeat("x", n)), nil
 		}),
 	}
+}
+
+// errHandlerOK is what result reports for an execution that succeeded.
+var errHandlerOK = errors.New("handler returned a reply")
+
+// result returns how the last execution of method ended: its error,
+// errHandlerOK, or nil while none has ended.
+func (e *env) result(method string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.results[method]
 }
 
 func (e *env) call(ctx context.Context, name, in string, opts ...tunnel.CallOption) (string, error) {

@@ -111,6 +111,10 @@ func TestInspectService(t *testing.T) {
 	}
 	cancelCalls()
 	calls.Wait()
+	// Callers that gave up withdrew their undelivered requests.
+	if stopped = inspect(t, rdb, greeterService); stopped.Length != 0 || stopped.Lag != 0 {
+		t.Fatalf("after the queued callers cancelled: got %+v; want their requests withdrawn", stopped)
+	}
 
 	// A worker that died holding a request, and a dead letter.
 	requests := tunnel.DefaultPrefix + "{" + greeterService + "}:req"

@@ -22,21 +22,34 @@ func (s *Server) reclaimInterval() time.Duration {
 // A live worker resets the idle time of what it runs every third of a lease,
 // so only entries of a worker that died (or stalled for a whole lease) are
 // found. They go through beginScript like new ones, which decides whether
-// they run again. Entries Redis reports as deleted while pending (trimmed
-// or removed before they were acknowledged) are recorded; XAUTOCLAIM drops
-// them from the pending list itself, so the scan never loops on them.
+// they run again, told which worker held them: the same round trip lists
+// the idle entries' owners (XPENDING IDLE) before claiming them. Entries
+// Redis reports as deleted while pending (trimmed or removed before they
+// were acknowledged) are recorded; XAUTOCLAIM drops them from the pending
+// list itself, so the scan never loops on them.
 func (r *serveRun) reclaimOnce(ctx context.Context, q *queue, start string, slots int) (next string, used int) {
 	s := r.server
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	msgs, next, deleted, err := s.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+	pipe := s.rdb.Pipeline()
+	owners := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: q.requests,
+		Group:  workersGroup,
+		Idle:   s.opts.Lease,
+		Start:  start,
+		End:    "+",
+		Count:  int64(slots),
+	})
+	claim := pipe.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream:   q.requests,
 		Group:    workersGroup,
 		Consumer: s.opts.WorkerID,
 		MinIdle:  s.opts.Lease,
 		Start:    start,
 		Count:    int64(slots),
-	}).Result()
+	})
+	_, _ = pipe.Exec(ctx)
+	msgs, next, deleted, err := claim.Result()
 	if err != nil {
 		s.log.Warn("rpr: reclaim scan", "stream", q.requests, "error", err)
 		return start, 0
@@ -47,7 +60,11 @@ func (r *serveRun) reclaimOnce(ctx context.Context, q *queue, start string, slot
 	}
 	if len(msgs) > 0 {
 		s.log.Info("rpr: reclaimed request entries idle for longer than a lease", "stream", q.requests, "count", len(msgs))
-		r.process(ctx, q, msgs)
+		previous := map[string]string{} // entry id -> the worker that held it
+		for _, p := range owners.Val() {
+			previous[p.ID] = p.Consumer
+		}
+		r.process(ctx, q, msgs, previous)
 	}
 	return next, len(msgs)
 }

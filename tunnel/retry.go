@@ -84,7 +84,11 @@ func (p RetryPolicy) allows(err error, method *MethodDesc, attempt int) bool {
 	if e.code == DeadlineExceeded || e.code == Canceled {
 		return false
 	}
-	return e.notExecuted || method.Idempotent || e.local
+	// An attempt that may have run is tried again only for an idempotent
+	// method: unary requests keep no state that would recognise the retry
+	// (see scripts.go), so the retry of a non-idempotent call could run it
+	// twice.
+	return e.notExecuted || method.Idempotent
 }
 
 // backoff returns the pause after the given failed attempt (1-based).

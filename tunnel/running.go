@@ -11,6 +11,7 @@ import (
 type runningRequest struct {
 	queue   *queue
 	entryID string
+	fast    bool // on the fast path: no state hash (see scripts.go)
 	// state is the request's state hash (named by the idempotency key for
 	// an async request, so not always derivable from the request id).
 	state  string
@@ -135,8 +136,12 @@ func (r *serveRun) extendOnce(ctx context.Context) {
 		args := []any{workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds()}
 		idOfEntry := make(map[string]string, len(reqs))
 		for id, req := range reqs {
+			mode := "s"
+			if req.fast {
+				mode = "f"
+			}
 			keys = append(keys, req.state)
-			args = append(args, req.entryID)
+			args = append(args, req.entryID, mode)
 			idOfEntry[req.entryID] = id
 		}
 		lost, err := extendScript.Run(ctx, s.rdb, keys, args...).StringSlice()

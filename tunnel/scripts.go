@@ -23,9 +23,10 @@ import "github.com/redis/go-redis/v9"
 // moves absent -> TIMEOUT | CANCELLED (arbiterScript). An async request's
 // hash is named by its idempotency key and records the key's outcome: a
 // failed attempt leaves FAILED until its retry claims it again, the last
-// one leaves DEAD (dead-lettered; a new request with the key may run). Whichever gets to
-// the absent state first wins: that is what makes "not executed" provable.
-// All times are Redis's own (TIME), so host clocks never decide.
+// one leaves DEAD (dead-lettered; a new request with the key may run).
+// Whichever gets to the absent state first wins: that is what makes "not
+// executed" provable. All times are Redis's own (TIME), so host clocks
+// never decide.
 
 // beginScript decides, for a batch of request entries a worker has just
 // received (read or reclaimed), which ones it may run, in one round trip.
@@ -36,8 +37,14 @@ import "github.com/redis/go-redis/v9"
 //	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
 //	ARGV[4] state margin ms (kept past the deadline)
 //	ARGV[5] silence ms after which a worker without a heartbeat is dead
-//	ARGV[5k+1..5k+5] entry k: entry id, deadline (ms), idempotent (1|0),
-//	                 attempt, has a caller waiting for a reply (1|0)
+//	ARGV[6k..6k+5] entry k: entry id, deadline (ms), idempotent (1|0),
+//	                 attempt, has a caller waiting for a reply (1|0),
+//	                 the worker it was taken over from ('' when read afresh)
+//
+// A unary entry taken over without a state hash ran on the fast path (see
+// above) under a worker that is gone, which may have executed it: it is
+// rerun when idempotent and answered "outcome unknown" (orphan) otherwise,
+// with that worker as the detail.
 //
 // A request PROCESSING under another worker is taken over only when that
 // worker is gone: its lease on the request expired and it has not beaten
@@ -74,9 +81,9 @@ end
 local out = {}
 for k = 1, (#KEYS - 2) / 2 do
   local st, reply = KEYS[2 * k + 1], KEYS[2 * k + 2]
-  local entry, deadline = ARGV[5 * k + 1], tonumber(ARGV[5 * k + 2])
-  local idempotent, attempt = ARGV[5 * k + 3] == '1', tonumber(ARGV[5 * k + 4])
-  local replies = ARGV[5 * k + 5] == '1'
+  local entry, deadline = ARGV[6 * k], tonumber(ARGV[6 * k + 1])
+  local idempotent, attempt = ARGV[6 * k + 2] == '1', tonumber(ARGV[6 * k + 3])
+  local replies, takenFrom = ARGV[6 * k + 4] == '1', ARGV[6 * k + 5]
   local ttl = math.max(deadline - now, 0) + margin
   local function retire()
     redis.call('XACK', stream, group, entry)
@@ -96,6 +103,11 @@ for k = 1, (#KEYS - 2) / 2 do
       redis.call('PEXPIRE', st, margin)
       retire()
       out[k] = {'expired', ''}
+    elseif takenFrom ~= '' and replies then
+      -- a fast-path unary request whose worker is gone: it may have run
+      claim()
+      redis.call('HSET', st, 'previous_worker', takenFrom)
+      if idempotent then out[k] = {'rerun', takenFrom} else out[k] = {'orphan', takenFrom} end
     else
       claim()
       out[k] = {'run', ''}
@@ -143,6 +155,10 @@ return out
 // that no longer holds the request (it was taken over) writes nothing for
 // it. The actions:
 //
+//	answer unary, fast path: only write the response to the caller's
+//	       stream (NOMKSTREAM); no state, no fence (a worker that lost the
+//	       request to a takeover still answers truthfully, and the caller
+//	       takes the first answer)
 //	reply  unary: write the response to the caller's stream (NOMKSTREAM)
 //	done   async success: only the state (the key's done marker)
 //	retry  async failure with attempts left: put the next attempt's
@@ -171,8 +187,13 @@ for k = 1, (#KEYS - 1) / 2 do
   local a = 7 * k - 5
   local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
-  if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
+  local cur = {}
+  if action ~= 'answer' then cur = redis.call('HMGET', st, 'state', 'worker', 'attempt') end
+  if action == 'answer' then
+    out[k] = 1
+    if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
+    done[#done + 1] = entry
+  elseif cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
   else
     if action == 'done' then
@@ -213,7 +234,8 @@ return out
 //
 //	KEYS[1] request stream   KEYS[2..] state hashes
 //	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
-//	ARGV[3+i] entry id of KEYS[1+i]
+//	ARGV[2i] entry id of KEYS[i]   ARGV[2i+1] 'f' for a fast-path unary
+//	         request (no state: the pending list says whose it is), else 's'
 //
 // Returns the entry ids this worker no longer holds (taken over by another
 // worker, or state gone). A request this worker has just completed is not
@@ -223,7 +245,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lost = {}
 for i = 2, #KEYS do
-  local entry = ARGV[i + 2]
+  local entry, fast = ARGV[2 * i], ARGV[2 * i + 1] == 'f'
+  if fast then
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+    if p[1] and p[1][2] == ARGV[2] then
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, entry, 'JUSTID')
+    elseif p[1] then
+      lost[#lost + 1] = entry -- taken over by another worker
+    end -- not pending: it has just completed
+  else
   local cur = redis.call('HMGET', KEYS[i], 'state', 'worker', 'entry')
   local mine = cur[2] == ARGV[2] and cur[3] == entry
   if mine and cur[1] == 'PROCESSING' then
@@ -233,33 +263,59 @@ for i = 2, #KEYS do
     -- (an async done marker no longer names the entry)
     lost[#lost + 1] = entry
   end
+  end
 end
 return lost
 `)
 
 // arbiterScript is the client's side of the arbiter: when a call's deadline
-// passes or its caller cancels, it marks the request TIMEOUT or CANCELLED
-// if no worker has started it. If a worker is running it and the caller
-// cancelled, it tells the servers so the handler is cancelled.
+// passes or its caller cancels, it settles whether the request ran.
 //
-//	KEYS[1] state hash
+// A request with a state hash (a mark, or one a worker took over) is
+// settled by it: the mark wins only over an absent state. Otherwise, for a
+// request sent on the fast path (see above) whose entry id the client
+// knows, the request stream decides: an entry still there and not
+// delivered to any worker is deleted, so it never runs, and marked; a
+// delivered one (pending) may be running, so it is marked (a worker that
+// has not begun it yet skips it) and, if the caller cancelled, the servers
+// are told so its handler is cancelled; no entry at all means it finished.
+// Without an entry id (the send's reply was lost) nothing can be proved.
+//
+//	KEYS[1] state hash   KEYS[2] request stream
 //	ARGV[1] TIMEOUT | CANCELLED   ARGV[2] TTL ms
 //	ARGV[3] cancel channel        ARGV[4] request id
+//	ARGV[5] entry id, '' when unknown   ARGV[6] consumer group
 //
-// Returns {1, ARGV[1]} when the mark won (the request will never run), or
-// {0, state} with the state found.
+// Returns {1, ARGV[1]} when the request will never run, or {0, what}:
+// the state found, 'DELIVERED', 'FINISHED', or 'UNKNOWN'.
 var arbiterScript = redis.NewScript(`
-if redis.call('HSETNX', KEYS[1], 'state', ARGV[1]) == 1 then
+local st, stream, mark, entry = KEYS[1], KEYS[2], ARGV[1], ARGV[5]
+local function stamp()
   local t = redis.call('TIME')
-  redis.call('HSET', KEYS[1], 'marked_ms', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, ARGV[1]}
+  redis.call('HSET', st, 'marked_ms', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  redis.call('PEXPIRE', st, ARGV[2])
 end
-local state = redis.call('HGET', KEYS[1], 'state')
-if state == 'PROCESSING' and ARGV[1] == 'CANCELLED' then
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+local state = redis.call('HGET', st, 'state')
+if state then
+  if state == 'PROCESSING' and mark == 'CANCELLED' then
+    redis.call('PUBLISH', ARGV[3], ARGV[4])
+  end
+  return {0, state}
 end
-return {0, state}
+if entry == '' then return {0, 'UNKNOWN'} end
+if #redis.call('XPENDING', stream, ARGV[6], entry, entry, 1) > 0 then
+  redis.call('HSET', st, 'state', mark)
+  stamp()
+  if mark == 'CANCELLED' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
+  return {0, 'DELIVERED'}
+end
+if #redis.call('XRANGE', stream, entry, entry) > 0 then
+  redis.call('XDEL', stream, entry)
+  redis.call('HSET', st, 'state', mark)
+  stamp()
+  return {1, mark}
+end
+return {0, 'FINISHED'}
 `)
 
 // replyScript answers a caller whose request could not even be decoded
@@ -281,11 +337,12 @@ return 0
 //	ARGV[1] consumer group      ARGV[2] request entry id
 //	ARGV[3] raw entry payload   ARGV[4] reason
 //	ARGV[5] status code name    ARGV[6] worker id
+//	ARGV[7] the lane the entry was queued in
 var deadLetterScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[3], 'entry', ARGV[2], 'failed_ms', now,
-  'reason', ARGV[4], 'code', ARGV[5], 'worker', ARGV[6])
+  'reason', ARGV[4], 'code', ARGV[5], 'worker', ARGV[6], 'lane', ARGV[7])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 return 1

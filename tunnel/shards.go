@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 
@@ -29,7 +30,7 @@ import (
 //   - The count is lowered only by SetShardCount (`rpr shards set`), which
 //     refuses while a shard that would go holds any request.
 //
-// A call goes to a shard chosen round-robin; an async request with an
+// A call goes to a shard chosen at random; an async request with an
 // idempotency key goes to the shard its key hashes to, so that the key's
 // state is always found in one place (changing the count re-maps keys:
 // see the README's "Changing the shard count").
@@ -60,11 +61,12 @@ func shardOfKey(key string, shards int) int {
 // shardPicker spreads calls over a service's shards.
 type shardPicker struct {
 	count atomic.Int32 // shards in force
-	next  atomic.Uint32
 }
 
-// pick returns the shard of a call: key's when it has one, else the next
-// in turn.
+// pick returns the shard of a call: key's when it has one, else one at
+// random. (Random rather than in turn: a caller whose calls alternate
+// between methods or lanes in a fixed pattern would otherwise send all of
+// one kind to the same shard.)
 func (p *shardPicker) pick(key string) int {
 	n := int(p.count.Load())
 	if n <= 1 {
@@ -73,7 +75,7 @@ func (p *shardPicker) pick(key string) int {
 	if key != "" {
 		return shardOfKey(key, n)
 	}
-	return int(p.next.Add(1) % uint32(n))
+	return rand.IntN(n)
 }
 
 // raiseShards records that a service has at least n shards and returns
@@ -141,6 +143,13 @@ func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 			held, err := shardBacklog(ctx, rdb, keys.shard(service, shard), lanes)
 			if err != nil {
 				return err
+			}
+			letters, err := rdb.XLen(ctx, keys.shard(service, shard).deadLetters()).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("rpr: count dead letters of %s shard %d: %w", service, shard, err)
+			}
+			if letters > 0 {
+				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d holds %d dead letters, which `rpr dlq` would no longer list (%w); replay or drop them first (`rpr dlq ls %s`)", service, current, n, shard, letters, ErrShardsHoldRequests, service)
 			}
 			if held > 0 {
 				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d still holds %d requests, which would be stranded (%w); let it drain (stop sending, wait for `rpr stats` to show the service empty) and try again", service, current, n, shard, held, ErrShardsHoldRequests)

@@ -63,7 +63,9 @@ func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.Reque
 	fmt.Fprintf(out, "request   %s\n", raw)
 	fmt.Fprintf(out, "  made    %s by business code %s\n", stamp(id.Time), id.Biz)
 	if tr.Service == "" {
-		fmt.Fprintln(out, "  Redis knows nothing of it: never sent, or its state expired (10s after its deadline)")
+		fmt.Fprintln(out, "  Redis knows nothing of it: it was never sent here; or it is a unary call that finished, which")
+		fmt.Fprintln(out, "  leaves nothing in Redis (its answer went to its caller; its spans and log lines carry the id);")
+		fmt.Fprintln(out, "  or its record expired (10s after its deadline; for async requests, after the idempotency window)")
 		return
 	}
 	fmt.Fprintf(out, "service   %s\n", tr.Service)

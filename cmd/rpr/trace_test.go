@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -14,30 +16,52 @@ import (
 
 func TestTraceShowsARequestsLife(t *testing.T) {
 	rs := redistest.Start(t)
-	startGreeter(t, rs, "tracer-w1")
+	// One handler slot, so a slow call keeps the next one waiting in the queue.
+	srv, err := tunnel.NewServer(rs.Client(t), tunnel.ServerOptions{WorkerID: "tracer-w1", Concurrency: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	greeterv1.RegisterGreeterServer(srv, greeter.Server{})
+	serve(t, rs, srv, greeterService)
 	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer client.Close()
 	greet := greeterv1.NewGreeterClient(client)
-	var ok, bad string
+	var ok string
 	if _, err := greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{Name: "Ada"}, tunnel.CaptureRequestID(&ok)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{}, tunnel.CaptureRequestID(&bad)); tunnel.CodeOf(err) != tunnel.InvalidArgument {
+	// A unary call that finished leaves nothing in Redis (the fast path):
+	// trace says so, and where to look instead.
+	out, code := runRPR(t, "trace", "--redis", rs.URL(), ok)
+	if code != 1 || !strings.Contains(out, "a unary call that finished") || !strings.Contains(out, "spans and log lines carry the id") {
+		t.Errorf("trace of a finished unary call: exit %d:\n%s", code, out)
+	}
+	// A call that timed out in the queue is marked, and trace shows it.
+	var late string
+	slow := make(chan error, 1)
+	go func() {
+		_, err := greet.SlowHello(context.Background(), &greeterv1.SlowHelloRequest{Name: "slow", DelayMs: 1500})
+		slow <- err
+	}()
+	rdb := rs.Client(t)
+	for rdb.XPending(context.Background(), "rpr:v1:{"+greeterService+"}:req", "workers").Val().Count == 0 {
+		time.Sleep(10 * time.Millisecond) // until the slow call holds the only slot
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = greet.SayHello(ctx, &greeterv1.SayHelloRequest{Name: "late"}, tunnel.CaptureRequestID(&late))
+	if err := <-slow; err != nil {
 		t.Fatal(err)
 	}
-
-	out, code := runRPR(t, "trace", "--redis", rs.URL(), ok)
-	for _, want := range []string{"service   examples.greeter.v1.Greeter", "state     SUCCESS", "claimed", "by tracer-w1 (attempt 1)", "done", "answer    OK"} {
-		if code != 0 || !strings.Contains(out, want) {
-			t.Errorf("trace of a success: exit %d, output lacks %q:\n%s", code, want, out)
-		}
+	if tunnel.CodeOf(err) != tunnel.DeadlineExceeded || !tunnel.NotExecuted(err) {
+		t.Fatalf("a call that waited out its deadline in the queue: %v", err)
 	}
-	out, code = runRPR(t, "trace", "--redis", rs.URL(), "--service", "examples.greeter.v1.Greeter", bad)
-	if code != 0 || !strings.Contains(out, "state     FAILED") || !strings.Contains(out, "answer    INVALID_ARGUMENT: name is empty") {
-		t.Errorf("trace of a failure: exit %d:\n%s", code, out)
+	out, code = runRPR(t, "trace", "--redis", rs.URL(), late)
+	if code != 0 || !strings.Contains(out, "service   examples.greeter.v1.Greeter") || !strings.Contains(out, "state     TIMEOUT") {
+		t.Errorf("trace of a call that timed out in the queue: exit %d:\n%s", code, out)
 	}
 	out, code = runRPR(t, "trace", "--redis", rs.URL(), "20261129-ORD1-1795995318695-X857YZJDH0")
 	if code != 1 || !strings.Contains(out, "Redis knows nothing of it") {

@@ -2,15 +2,12 @@ package faulttest
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -67,11 +64,11 @@ func TestQueueWaitLongerThanDeadline(t *testing.T) {
 	}
 }
 
-// TestDuplicateDeliveryResendsStoredResponse delivers a finished request
-// again, byte for byte the same envelope (as after a reclaim): the worker
-// sends the stored response to the caller's stream again and does not run
-// the handler a second time.
-func TestDuplicateDeliveryResendsStoredResponse(t *testing.T) {
+// TestFinishedRequestIsNeverDeliveredAgain: a unary request's entry is
+// acknowledged and deleted in the same step that writes its answer, so once
+// it has finished no worker can ever be handed it again (a crash or a
+// reclaim cannot make it run twice), and it leaves no state behind.
+func TestFinishedRequestIsNeverDeliveredAgain(t *testing.T) {
 	w := newWorld(t)
 	w.startLocalServer(tunnel.ServerOptions{})
 	const clientID = "dup-client"
@@ -112,7 +109,7 @@ func TestDuplicateDeliveryResendsStoredResponse(t *testing.T) {
 	if first.err != nil {
 		t.Fatalf("call: %v", first)
 	}
-	var raw string
+	var raw, entry string
 	select {
 	case v := <-spied:
 		msg, ok := v.(redis.XMessage)
@@ -120,6 +117,7 @@ func TestDuplicateDeliveryResendsStoredResponse(t *testing.T) {
 			t.Fatalf("spy: %v", v)
 		}
 		raw, _ = msg.Values["e"].(string)
+		entry = msg.ID
 	case <-time.After(20 * time.Second):
 		t.Fatal("the spy saw no request")
 	}
@@ -130,61 +128,24 @@ func TestDuplicateDeliveryResendsStoredResponse(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	respKey := responseStream(clientID)
-	from := "-"
-	if last, err := w.rdb.XRevRangeN(ctx, respKey, "+", "-", 1).Result(); err != nil {
-		t.Fatal(err)
-	} else if len(last) > 0 {
-		from = "(" + last[0].ID
+	if left, err := w.rdb.XRange(ctx, requestStream, entry, entry).Result(); err != nil || len(left) != 0 {
+		t.Errorf("the finished request's entry %s is still in the stream: %v, %v", entry, left, err)
 	}
-
-	// The duplicate delivery.
-	if err := w.rdb.XAdd(ctx, &redis.XAddArgs{Stream: requestStream, Values: []any{"e", raw}}).Err(); err != nil {
-		t.Fatal(err)
+	if pending, err := w.rdb.XPending(ctx, requestStream, "workers").Result(); err != nil || pending.Count != 0 {
+		t.Errorf("pending entries after the calls finished: %+v, %v; want none", pending, err)
 	}
-	// The client's reader consumes the response (and logs it as one for a
-	// call no longer waiting); its trim keeps the last entry read, so the
-	// response is normally still in the stream to be inspected.
-	var resent map[string]any
-	var logged bool
-	waitUntil(t, 10*time.Second, "the stored response on the client's response stream", func() bool {
-		entries, err := w.rdb.XRange(ctx, respKey, from, "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			s, _ := e.Values["e"].(string)
-			if m := decodeMap(t, s); m["id"] == first.rid {
-				resent = m
-				return true
-			}
-		}
-		for _, line := range c.logs.Lines("no longer waiting") {
-			logged = logged || strings.Contains(line, first.rid)
-		}
-		return logged
-	})
-	if resent == nil {
-		t.Logf("the client received the resent response (it says so in its log); the entry was trimmed before it could be inspected")
-	} else {
-		if code := fmt.Sprint(resent["c"]); code != "0" {
-			t.Errorf("resent response has code %s (%s), want OK", code, resent["msg"])
-		}
-		payload, _ := resent["p"].([]byte)
-		reply := new(wrapperspb.StringValue)
-		if err := proto.Unmarshal(payload, reply); err != nil || reply.GetValue() != first.rid {
-			t.Errorf("resent response payload = %q (%v), want the stored reply %q", reply.GetValue(), err, first.rid)
-		}
+	// Another worker scanning for abandoned requests finds nothing to take.
+	claimed, _, err := w.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: requestStream, Group: "workers", Consumer: "scavenger", MinIdle: 0, Start: "0-0", Count: 100}).Result()
+	if err != nil || len(claimed) != 0 {
+		t.Errorf("a reclaim scan found %d entries (%v); want none", len(claimed), err)
 	}
-
-	w.waitDrained(10 * time.Second)
+	if st := w.state(first.rid); len(st) != 0 {
+		t.Errorf("state hash of a finished unary call: %v, want none", st)
+	}
 	execs := w.execs()
 	checkOutcomes(t, []outcome{warm, first}, execs, tunnel.OK)
 	if n := execs[first.rid]; n != 1 {
-		t.Errorf("request ran %d times; the duplicate delivery must not run it again", n)
-	}
-	if st := w.state(first.rid)["state"]; st != "SUCCESS" {
-		t.Errorf("state = %q, want SUCCESS", st)
+		t.Errorf("request ran %d times, want 1", n)
 	}
 }
 
