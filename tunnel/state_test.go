@@ -141,16 +141,18 @@ func TestFastPathOrphanOfIdempotentMethodIsRerun(t *testing.T) {
 // plantFastOrphan makes it look as if worker "ghost" took a unary request
 // on the fast path and died: the entry sits in ghost's pending list and
 // there is no state hash.
-func plantFastOrphan(t *testing.T, e *env, method, rid, replyTo string) {
+func plantFastOrphan(t *testing.T, e *env, method, rid, replyTo string) (entry string) {
 	t.Helper()
 	ctx := context.Background()
 	fields := validFields(rid, replyTo)
 	fields["m"] = echoService + "/" + method
 	e.xadd(t, "e", rawEnvelope(t, fields))
 	e.rdb.XGroupCreateMkStream(ctx, requestStream, "workers", "0")
-	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "ghost", Streams: []string{requestStream, ">"}, Count: 1}).Err(); err != nil {
+	res, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "ghost", Streams: []string{requestStream, ">"}, Count: 1}).Result()
+	if err != nil {
 		t.Fatal(err)
 	}
+	return res[0].Messages[0].ID
 }
 
 func TestRetryReusesTheRequestIDUntilAServerAppears(t *testing.T) {
@@ -220,17 +222,8 @@ func TestLongHandlerKeepsItsLease(t *testing.T) {
 // PROCESSING under ghost with a lapsed lease.
 func plantOrphan(t *testing.T, e *env, method, rid, replyTo string) {
 	t.Helper()
-	ctx := context.Background()
-	fields := validFields(rid, replyTo)
-	fields["m"] = echoService + "/" + method
-	e.xadd(t, "e", rawEnvelope(t, fields))
-	e.rdb.XGroupCreateMkStream(ctx, requestStream, "workers", "0")
-	res, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "ghost", Streams: []string{requestStream, ">"}, Count: 1}).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	entry := res[0].Messages[0].ID
-	e.rdb.HSet(ctx, stateKey(rid), "state", "PROCESSING", "worker", "ghost", "entry", entry,
+	entry := plantFastOrphan(t, e, method, rid, replyTo)
+	e.rdb.HSet(context.Background(), stateKey(rid), "state", "PROCESSING", "worker", "ghost", "entry", entry,
 		"lease", time.Now().Add(-time.Second).UnixMilli(), "attempt", 1)
 }
 
