@@ -479,7 +479,7 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool,
 	case state == "PROCESSING" || state == "DELIVERED":
 		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)
 	case state == "FINISHED":
-		return Errorf(code, "%s as the request finished on a server; it ran and ended just as the caller gave up (its response came too late)", prefix)
+		return Errorf(code, "%s while the request was executing on a server; it may have taken effect (it ended just as the caller gave up, too late for its answer)", prefix)
 	case state == "UNKNOWN":
 		return Errorf(code, "%s; whether it was executed is unknown (Redis's reply to the send was lost)", prefix)
 	default: // SUCCESS or FAILED: finished just as the caller gave up

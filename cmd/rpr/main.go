@@ -7,15 +7,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 )
 
 func main() {
+	redis.SetLogger(redisLog{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
@@ -47,4 +50,13 @@ Start with "rpr demo".`,
 	}
 	root.AddCommand(newDemoCommand(), newHealthCommand(), newLsCommand(), newDescribeCommand(), newCallCommand(), newStatsCommand(), newTopCommand(), newTraceCommand(), newDlqCommand(), newBenchCommand(), newLimitsCommand(), newRoutesCommand(), newShardsCommand())
 	return root
+}
+
+// redisLog sends go-redis's own log lines (reconnects, a Sentinel's new
+// master) to slog at debug level, so that they do not interleave with the
+// command's output.
+type redisLog struct{}
+
+func (redisLog) Printf(ctx context.Context, format string, v ...any) {
+	slog.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
