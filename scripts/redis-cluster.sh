@@ -42,20 +42,9 @@ NODE_TIMEOUT=${NODE_TIMEOUT:-2000}
 ENV_FILE=$STATE/env
 NODES=6
 MASTERS=3
-
-log() { echo "redis-cluster: $*" >&2; }
-die() { log "$*"; exit 1; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-# retry SECONDS CMD...: run CMD every 50 ms until it succeeds or time is up
-retry() {
-    local until=$(($(ms) + $1 * 1000))
-    shift
-    while ! "$@"; do
-        [ "$(ms)" -lt "$until" ] || return 1
-        sleep 0.05
-    done
-}
-negate() { ! "$@"; }
+PROG=redis-cluster
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # After up, the state dir is the truth about the address and ports.
 load_state() {
@@ -69,32 +58,13 @@ load_state() {
     done <"$ENV_FILE"
 }
 ports() { seq "$BASE_PORT" $((BASE_PORT + NODES - 1)); }
-node_dir() { echo "$STATE/node-$1"; }
 
-# is_ours PID DIR: PID is alive and its cwd is DIR (redis chdir()s to its
-# `dir`). False for a zombie or a recycled PID, so a stale pid file never
-# makes us signal a stranger.
-is_ours() { [ -n "$1" ] && [ "$(readlink "/proc/$1/cwd" 2>/dev/null)" = "$2" ]; }
-recorded_pid() { cat "$(node_dir "$1")/pid" 2>/dev/null || true; }
-
-# cli PORT ARGS...: one redis-cli call. redis-cli exits 0 on error replies,
-# so callers look at what it printed.
-cli() { local port=$1; shift; timeout 5 redis-cli -h "$BIND_IP" -p "$port" "$@"; }
 # expect_ok PORT ARGS...: the command must answer OK
 expect_ok() {
     local out
     out=$(cli "$@" 2>&1) || true
     [ "$out" = OK ] || die "redis-cli -p $*: $out"
 }
-# info_field TEXT NAME: the value of NAME:value in an INFO-style reply
-info_field() { sed -n "s/^$2:\([^\r]*\)\r\{0,1\}\$/\1/p" <<<"$1" | head -n 1; }
-
-# running_pid PORT: the process_id INFO reports on PORT (empty if none answers)
-running_pid() { info_field "$(cli "$1" INFO server 2>/dev/null || true)" process_id; }
-# answers PORT PID: the server on PORT is the process we started, not
-# another one that won the port (PONG alone cannot tell)
-answers() { [ "$(running_pid "$1")" = "$2" ]; }
-answers_or_dead() { answers "$1" "$2" || ! is_ours "$2" "$(node_dir "$1")"; }
 
 write_conf() { # write_conf PORT
     local dir
@@ -120,27 +90,6 @@ cluster-node-timeout $NODE_TIMEOUT
 # the address clients are sent to (MOVED, CLUSTER SLOTS)
 cluster-announce-ip $BIND_IP
 EOF
-}
-
-launch() { # launch PORT: start the node in its dir and wait until it answers
-    local port=$1 dir pid
-    dir=$(node_dir "$port")
-    [ -f "$dir/redis.conf" ] || die "no node on port $port in $STATE"
-    ! is_ours "$(recorded_pid "$port")" "$dir" || die "node $port is running already"
-    # exec inside the subshell: $! is redis-server's own PID, cwd = its dir
-    (cd "$dir" && exec redis-server "$dir/redis.conf" >>"$dir/redis.log" 2>&1 </dev/null) &
-    pid=$!
-    echo "$pid" >"$dir/pid"
-    retry 15 answers_or_dead "$port" "$pid" || true
-    answers "$port" "$pid" || die "node $port (pid $pid) did not start: $(tail -n 3 "$dir/redis.log")"
-}
-
-signal_node() { # signal_node PORT SIG
-    local pid dir
-    dir=$(node_dir "$1")
-    pid=$(recorded_pid "$1")
-    is_ours "$pid" "$dir" || die "node $1 is not running (or not ours)"
-    kill "-$2" "$pid"
 }
 
 # healthy: every node reports cluster_state:ok with all slots and all
@@ -199,23 +148,13 @@ create() {
     done
 }
 
-cleanup_failed_up() {
-    local rc=$?
-    if [ "$rc" != 0 ]; then
-        log "up failed (exit $rc); stopping what it started"
-        down
-    fi
-}
-
 up() {
-    local need p t0 addrs=()
-    for need in redis-server redis-cli timeout ss; do
-        command -v "$need" >/dev/null || die "$need not found (run scripts/ensure-redis.sh for redis)"
-    done
+    local p t0 addrs=()
+    require_tools
     [ -z "$(ls -A "$STATE" 2>/dev/null)" ] || die "$STATE is not empty: is a cluster up? run down first"
     [ $((BASE_PORT + NODES - 1 + 10000)) -le 65535 ] || die "BASE_PORT $BASE_PORT too high: the bus ports (port+10000) must stay below 65536"
     for p in $(ports); do
-        [ -z "$(ss -Hltn "( sport = :$p or sport = :$((p + 10000)) )")" ] ||
+        { port_free "$p" && port_free $((p + 10000)); } ||
             die "port $p or its bus port $((p + 10000)) is in use: choose another BASE_PORT"
     done
     t0=$(ms)
@@ -243,27 +182,8 @@ EOF
 }
 
 down() {
-    local p dir pid pids=() dirs=() i
-    for p in $(ports); do
-        dir=$(node_dir "$p")
-        pid=$(recorded_pid "$p")
-        is_ours "$pid" "$dir" || continue
-        kill -TERM "$pid" 2>/dev/null || true
-        kill -CONT "$pid" 2>/dev/null || true # in case it was left frozen
-        pids+=("$pid") dirs+=("$dir")
-    done
-    for i in "${!pids[@]}"; do
-        retry 5 negate is_ours "${pids[i]}" "${dirs[i]}" || kill -KILL "${pids[i]}" 2>/dev/null || true
-    done
-    for p in $(ports); do rm -rf -- "$(node_dir "$p")"; done
-    rm -f -- "$ENV_FILE"
-    rmdir -- "$STATE" 2>/dev/null || true
-}
-
-check_port() { # check_port PORT: one of our nodes
-    local p
-    for p in $(ports); do [ "$p" != "$1" ] || return 0; done
-    die "port $1 is not a node of the cluster in $STATE ($(ports | tr '\n' ' '))"
+    # shellcheck disable=SC2046 # ports prints one number per line
+    down_ports $(ports)
 }
 
 load_state
@@ -272,11 +192,14 @@ up) up ;;
 down) down ;;
 env) [ -f "$ENV_FILE" ] || die "no cluster in $STATE"; cat "$ENV_FILE" ;;
 kill)
-    check_port "${2:?usage: $0 kill PORT [SIG]}"
+    # shellcheck disable=SC2046
+    check_port "${2:?usage: $0 kill PORT [SIG]}" $(ports)
     signal_node "$2" "${3:-KILL}"
     ;;
 start)
-    check_port "${2:?usage: $0 start PORT}"
+    # shellcheck disable=SC2046
+    check_port "${2:?usage: $0 start PORT}" $(ports)
+    [ -f "$(node_dir "$2")/redis.conf" ] || die "no node on port $2 in $STATE"
     launch "$2"
     ;;
 wait) retry "${2:-30}" healthy || die "cluster not healthy after ${2:-30} s" ;;

@@ -47,20 +47,9 @@ ENV_FILE=$STATE/env
 # failover-timeout is also the retry delay after a split leader vote (2x
 # this); Sentinel's default of 180000 would stall a failover for minutes.
 FAILOVER_TIMEOUT_MS=5000
-
-log() { echo "redis-sentinel: $*" >&2; }
-die() { log "$*"; exit 1; }
-ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
-# retry SECONDS CMD...: run CMD every 50 ms until it succeeds or time is up
-retry() {
-    local until=$(($(ms) + $1 * 1000))
-    shift
-    while ! "$@"; do
-        [ "$(ms)" -lt "$until" ] || return 1
-        sleep 0.05
-    done
-}
-negate() { ! "$@"; }
+PROG=redis-sentinel
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 load_state() {
     [ -f "$ENV_FILE" ] || return 0
@@ -79,22 +68,9 @@ set_ports() {
     SENTINEL_PORTS="$((BASE_PORT + 2)) $((BASE_PORT + 3)) $((BASE_PORT + 4))"
 }
 all_ports() { echo "$MASTER_PORT $REPLICA_PORT $SENTINEL_PORTS"; }
-node_dir() { echo "$STATE/node-$1"; }
 
-# is_ours PID DIR: PID is alive and its cwd is DIR. False for a zombie or a
-# recycled PID, so a stale pid file never makes us signal a stranger.
-is_ours() { [ -n "$1" ] && [ "$(readlink "/proc/$1/cwd" 2>/dev/null)" = "$2" ]; }
-recorded_pid() { cat "$(node_dir "$1")/pid" 2>/dev/null || true; }
-
-# cli PORT ARGS...: redis-cli exits 0 on error replies; look at its output
-cli() { local port=$1; shift; timeout 5 redis-cli -h "$BIND_IP" -p "$port" "$@"; }
-info_field() { sed -n "s/^$2:\([^\r]*\)\r\{0,1\}\$/\1/p" <<<"$1" | head -n 1; }
 # field_after TEXT NAME: the line after NAME in a flat field/value reply
 field_after() { awk -v n="$2" 'prev == n { print; exit } { prev = $0 }' <<<"${1//$'\r'/}"; }
-
-running_pid() { info_field "$(cli "$1" INFO server 2>/dev/null || true)" process_id; }
-answers() { [ "$(running_pid "$1")" = "$2" ]; }
-answers_or_dead() { answers "$1" "$2" || ! is_ours "$2" "$(node_dir "$1")"; }
 
 data_conf() { # data_conf PORT: master and replica
     cat <<EOF
@@ -127,32 +103,6 @@ sentinel monitor $MASTER_NAME $BIND_IP $MASTER_PORT 2
 sentinel down-after-milliseconds $MASTER_NAME $DOWN_AFTER_MS
 sentinel failover-timeout $MASTER_NAME $FAILOVER_TIMEOUT_MS
 EOF
-}
-
-launch() { # launch PORT: start the process in its dir and wait until it answers
-    local port=$1 dir pid
-    dir=$(node_dir "$port")
-    ! is_ours "$(recorded_pid "$port")" "$dir" || die "the process on port $port is running already"
-    # exec inside the subshell: $! is redis-server's own PID, cwd = its dir
-    if [ -f "$dir/sentinel.conf" ]; then
-        (cd "$dir" && exec redis-server "$dir/sentinel.conf" --sentinel >>"$dir/redis.log" 2>&1 </dev/null) &
-    elif [ -f "$dir/redis.conf" ]; then
-        (cd "$dir" && exec redis-server "$dir/redis.conf" >>"$dir/redis.log" 2>&1 </dev/null) &
-    else
-        die "nothing of ours on port $port in $STATE"
-    fi
-    pid=$!
-    echo "$pid" >"$dir/pid"
-    retry 15 answers_or_dead "$port" "$pid" || true
-    answers "$port" "$pid" || die "port $port (pid $pid) did not start: $(tail -n 3 "$dir/redis.log")"
-}
-
-signal_node() { # signal_node PORT SIG
-    local pid dir
-    dir=$(node_dir "$1")
-    pid=$(recorded_pid "$1")
-    is_ours "$pid" "$dir" || die "the process on port $1 is not running (or not ours)"
-    kill "-$2" "$pid"
 }
 
 # master_of SENTINEL_PORT: ip:port that sentinel names as master
@@ -190,22 +140,12 @@ converged() {
     done
 }
 
-cleanup_failed_up() {
-    local rc=$?
-    if [ "$rc" != 0 ]; then
-        log "up failed (exit $rc); stopping what it started"
-        down
-    fi
-}
-
 up() {
-    local need p t0 sentinels=()
-    for need in redis-server redis-cli timeout ss; do
-        command -v "$need" >/dev/null || die "$need not found (run scripts/ensure-redis.sh for redis)"
-    done
+    local p t0 sentinels=()
+    require_tools
     [ -z "$(ls -A "$STATE" 2>/dev/null)" ] || die "$STATE is not empty: is a setup up? run down first"
     for p in $(all_ports); do
-        [ -z "$(ss -Hltn "sport = :$p")" ] || die "port $p is in use: choose another BASE_PORT"
+        port_free "$p" || die "port $p is in use: choose another BASE_PORT"
     done
     t0=$(ms)
     mkdir -p "$STATE"
@@ -240,28 +180,9 @@ EOF
 }
 
 down() {
-    local p dir pid pids=() dirs=() i
     # sentinels first: no failover while the data nodes go away
-    for p in $SENTINEL_PORTS $REPLICA_PORT $MASTER_PORT; do
-        dir=$(node_dir "$p")
-        pid=$(recorded_pid "$p")
-        is_ours "$pid" "$dir" || continue
-        kill -TERM "$pid" 2>/dev/null || true
-        kill -CONT "$pid" 2>/dev/null || true # in case it was left frozen
-        pids+=("$pid") dirs+=("$dir")
-    done
-    for i in "${!pids[@]}"; do
-        retry 5 negate is_ours "${pids[i]}" "${dirs[i]}" || kill -KILL "${pids[i]}" 2>/dev/null || true
-    done
-    for p in $(all_ports); do rm -rf -- "$(node_dir "$p")"; done
-    rm -f -- "$ENV_FILE"
-    rmdir -- "$STATE" 2>/dev/null || true
-}
-
-check_port() {
-    local p
-    for p in $(all_ports); do [ "$p" != "$1" ] || return 0; done
-    die "port $1 is not part of the setup in $STATE ($(all_ports))"
+    # shellcheck disable=SC2086 # word splitting wanted: lists of ports
+    down_ports $SENTINEL_PORTS $REPLICA_PORT $MASTER_PORT
 }
 
 load_state
@@ -272,11 +193,13 @@ down) down ;;
 env) [ -f "$ENV_FILE" ] || die "no setup in $STATE"; cat "$ENV_FILE" ;;
 master) agreed_master || die "the sentinels do not agree on a master that answers ROLE master" ;;
 kill)
-    check_port "${2:?usage: $0 kill PORT [SIG]}"
+    # shellcheck disable=SC2046
+    check_port "${2:?usage: $0 kill PORT [SIG]}" $(all_ports)
     signal_node "$2" "${3:-KILL}"
     ;;
 start)
-    check_port "${2:?usage: $0 start PORT}"
+    # shellcheck disable=SC2046
+    check_port "${2:?usage: $0 start PORT}" $(all_ports)
     launch "$2"
     ;;
 failover)

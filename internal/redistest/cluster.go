@@ -19,10 +19,9 @@ package redistest
 // own PID in INFO before a node counts as started, stopped at cleanup.
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -685,12 +684,7 @@ func pseudo(ds [][2]string, name, def string) string {
 	return def
 }
 
-// respError is an error reply ("-ERR ...") from a server.
-type respError string
-
-func (e respError) Error() string { return string(e) }
-
-// command sends one command over a fresh connection and returns its reply.
+// command sends one command to addr and returns its reply.
 func command(addr string, args ...string) (any, error) {
 	r, err := commands(addr, args)
 	if err != nil {
@@ -711,97 +705,46 @@ func expectOK(addr string, args ...string) error {
 	return nil
 }
 
-// commands sends cmds over one fresh connection, pipelined, and returns
-// their replies in order. Replies are string (simple and bulk strings),
-// int64, []any, nil, and an error reply of any command is returned as a
-// respError (the whole call fails). Like infoServer it speaks RESP by hand:
-// a poll must see each attempt's own result, not a pool's backoff.
+// commands sends cmds to addr, pipelined, and returns their replies in
+// order, as go-redis gives RESP2 replies: string (simple and bulk strings),
+// int64, []any and nil. An error reply of any command fails the whole call
+// (errors.As finds a redis.Error). Each call has a client of its own that
+// dials once and never retries: a poll must see each attempt's own result,
+// not a pool's retries and backoff.
 func commands(addr string, cmds ...[]string) ([]any, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	var b strings.Builder
-	for _, args := range cmds {
-		fmt.Fprintf(&b, "*%d\r\n", len(args))
-		for _, a := range args {
-			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-		}
-	}
-	if _, err := io.WriteString(c, b.String()); err != nil {
-		return nil, err
-	}
-	r := bufio.NewReader(c)
-	out := make([]any, len(cmds))
+	rdb := redis.NewClient(&redis.Options{
+		Addr:            addr,
+		Protocol:        2, // flat field/value arrays (SENTINEL MASTER), as pairs expects
+		DisableIdentity: true,
+		PoolSize:        1,
+		MaxRetries:      -1,
+		DialerRetries:   1,
+		DialTimeout:     time.Second,
+		ReadTimeout:     3 * time.Second,
+		WriteTimeout:    3 * time.Second,
+	})
+	defer rdb.Close()
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	sent := make([]*redis.Cmd, len(cmds))
 	for i, args := range cmds {
-		v, err := readReply(r)
-		if err != nil {
-			var re respError
-			if errors.As(err, &re) {
-				return nil, fmt.Errorf("%s: %s: %w", addr, strings.Join(args, " "), err)
-			}
-			return nil, err
+		a := make([]any, len(args))
+		for j, s := range args {
+			a[j] = s
 		}
-		out[i] = v
+		sent[i] = pipe.Do(ctx, a...)
+	}
+	_, _ = pipe.Exec(ctx) // each command's own error is looked at below
+	out := make([]any, len(cmds))
+	for i, c := range sent {
+		v, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("%s: %s: %w", addr, strings.Join(cmds[i], " "), err)
+		default:
+			out[i] = v
+		}
 	}
 	return out, nil
-}
-
-func readReply(r *bufio.Reader) (any, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return nil, errors.New("empty RESP line")
-	}
-	body := line[1:]
-	switch line[0] {
-	case '+':
-		return body, nil
-	case '-':
-		return nil, respError(body)
-	case ':':
-		return strconv.ParseInt(body, 10, 64)
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, fmt.Errorf("bad bulk length %q", line)
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, fmt.Errorf("bad array length %q", line)
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		arr := make([]any, n)
-		for i := range arr {
-			v, err := readReply(r)
-			var re respError
-			if errors.As(err, &re) { // an error inside an array (EXEC): keep it, read on
-				arr[i] = re
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			arr[i] = v
-		}
-		return arr, nil
-	default:
-		return nil, fmt.Errorf("unexpected RESP reply %q", line)
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestCluster starts one cluster, checks what the helper reports against
@@ -171,7 +173,7 @@ func TestRESPErrorReply(t *testing.T) {
 	t.Parallel()
 	srv := Start(t)
 	_, err := command(srv.Addr(), "NOSUCHCOMMAND")
-	var re respError
+	var re redis.Error
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "NOSUCHCOMMAND") {
 		t.Fatalf("error reply: %v", err)
 	}

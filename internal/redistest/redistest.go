@@ -130,24 +130,27 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		s.Stop()
 	})
 
+	if err := startFreePort(s, s.start); err != nil {
+		tb.Fatalf("redistest: starting redis-server: %v", err)
+	}
+	return s
+}
+
+// startFreePort runs start with s on a free port from the kernel, and again
+// on another one after losing a port race.
+func startFreePort(s *Server, start func() error) error {
 	var lastErr error
-	for attempt := 0; attempt < portAttempts; attempt++ {
+	for range portAttempts {
 		port, err := freePort()
 		if err != nil {
-			tb.Fatalf("redistest: finding a free port: %v", err)
+			return fmt.Errorf("finding a free port: %w", err)
 		}
 		s.port = port
-		err = s.start()
-		if err == nil {
-			return s
-		}
-		lastErr = err
-		if !errors.Is(err, errPortInUse) {
-			break
+		if lastErr = start(); lastErr == nil || !errors.Is(lastErr, errPortInUse) {
+			return lastErr
 		}
 	}
-	tb.Fatalf("redistest: starting redis-server: %v", lastErr)
-	return nil
+	return lastErr
 }
 
 func findRedisServer() (string, error) {
@@ -195,18 +198,25 @@ func (s *Server) writeConfig() error {
 	return os.WriteFile(filepath.Join(s.dir, confName), []byte(b.String()), 0o644)
 }
 
-// start runs redis-server once on s.port and waits for readiness. On failure
-// the process is gone again when start returns.
+// start writes redis.conf and runs redis-server once on s.port, waiting for
+// readiness. On failure the process is gone again when start returns.
 func (s *Server) start() error {
 	if err := s.writeConfig(); err != nil {
 		return err
 	}
+	return s.run(confName)
+}
+
+// run starts redis-server on the config file conf in s.dir, with args after
+// it (e.g. --sentinel), and waits for readiness. On failure the process is
+// gone again when run returns.
+func (s *Server) run(conf string, args ...string) error {
 	logf, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	logStart, _ := logf.Seek(0, io.SeekEnd) // only this run's part of the log matters below
-	cmd := exec.Command(s.bin, filepath.Join(s.dir, confName))
+	cmd := exec.Command(s.bin, append([]string{filepath.Join(s.dir, conf)}, args...)...)
 	cmd.Dir = s.dir
 	// An *os.File, not a pipe: exec hands the descriptor to the child and
 	// starts no copying goroutine, so Wait does not depend on the log.
@@ -265,9 +275,10 @@ func (s *Server) waitReady(p *process, logStart int64) error {
 }
 
 // infoServer sends INFO server over a fresh connection and returns the
-// reply. It speaks RESP by hand rather than through go-redis, whose pool
-// retries and backs off failed dials (up to a second or more), which is
-// exactly what a readiness poll must not do.
+// reply. It speaks RESP by hand rather than through commands (go-redis):
+// in a readiness poll a refused dial is the normal case, and go-redis
+// reports every failed dial through its process-wide logger, which would
+// put a line per poll round in every test's output.
 func infoServer(addr string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {

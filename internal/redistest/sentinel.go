@@ -14,18 +14,14 @@ package redistest
 // PDEATHSIG, readiness by INFO process_id, cleanup at the end of the test).
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -133,7 +129,7 @@ func StartSentinel(tb testing.TB, opts ...Option) *Sentinel {
 			if err := os.WriteFile(filepath.Join(sn.dir, sentinelConfName), []byte(conf), 0o644); err != nil {
 				return err
 			}
-			return runSentinel(sn)
+			return sn.run(sentinelConfName, "--sentinel")
 		})
 	})
 	if err != nil {
@@ -145,23 +141,6 @@ func StartSentinel(tb testing.TB, opts ...Option) *Sentinel {
 	tb.Logf("redistest: sentinel %s (master %s, replica %s) up in %v",
 		s.URL(), master.Addr(), replica.Addr(), time.Since(begin).Round(time.Millisecond))
 	return s
-}
-
-// startFreePort runs start with s on a free port from the kernel, and again
-// on another one after losing a port race, like Start.
-func startFreePort(s *Server, start func() error) error {
-	var lastErr error
-	for range portAttempts {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		s.port = port
-		if lastErr = start(); lastErr == nil || !errors.Is(lastErr, errPortInUse) {
-			return lastErr
-		}
-	}
-	return lastErr
 }
 
 func sentinelConf(sn *Server, name string, masterPort int, downAfterMS string) string {
@@ -177,39 +156,6 @@ func sentinelConf(sn *Server, name string, masterPort int, downAfterMS string) s
 	fmt.Fprintf(&b, "sentinel down-after-milliseconds %s %s\n", name, downAfterMS)
 	fmt.Fprintf(&b, "sentinel failover-timeout %s %d\n", name, sentinelFailoverTimeout.Milliseconds())
 	return b.String()
-}
-
-// runSentinel starts redis-server in sentinel mode on sn's existing
-// sentinel.conf and waits for readiness, the way Server.start runs a data
-// node. On failure the process is gone again when it returns.
-func runSentinel(sn *Server) error {
-	logf, err := os.OpenFile(sn.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	logStart, _ := logf.Seek(0, io.SeekEnd)
-	cmd := exec.Command(sn.bin, filepath.Join(sn.dir, sentinelConfName), "--sentinel")
-	cmd.Dir = sn.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	logf.Close()
-	if err != nil {
-		return fmt.Errorf("running %s --sentinel: %w", sn.bin, err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	sn.mu.Lock()
-	sn.proc = p
-	sn.mu.Unlock()
-	if err := sn.waitReady(p, logStart); err != nil {
-		sn.terminate(p)
-		return err
-	}
-	return nil
 }
 
 // healthy: both data nodes run, every sentinel names the same master, which

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -36,7 +37,7 @@ type Echoer interface {
 	Call(ctx context.Context, in *wrapperspb.BytesValue) error
 	// RedisFigures samples the Redis behind the system; ok is false for
 	// a system that uses none.
-	RedisFigures(ctx context.Context) (f RedisFigures, ok bool, err error)
+	RedisFigures(ctx context.Context) (f redisinfo.Sample, ok bool, err error)
 	// Close stops the server and the client.
 	Close()
 }
@@ -115,8 +116,8 @@ func (e *rprEcho) Call(ctx context.Context, in *wrapperspb.BytesValue) error {
 	return e.client.Invoke(ctx, &rprEchoDesc.Methods[0], in, new(wrapperspb.BytesValue))
 }
 
-func (e *rprEcho) RedisFigures(ctx context.Context) (RedisFigures, bool, error) {
-	f, err := sampleRedis(ctx, e.admin.(*redis.Client))
+func (e *rprEcho) RedisFigures(ctx context.Context) (redisinfo.Sample, bool, error) {
+	f, err := redisinfo.Read(ctx, e.admin)
 	return f, true, err
 }
 
@@ -190,8 +191,8 @@ func (e *grpcEcho) Call(ctx context.Context, in *wrapperspb.BytesValue) error {
 	return e.conn.Invoke(ctx, "/"+echoService+"/"+echoMethod, in, new(wrapperspb.BytesValue))
 }
 
-func (e *grpcEcho) RedisFigures(context.Context) (RedisFigures, bool, error) {
-	return RedisFigures{}, false, nil
+func (e *grpcEcho) RedisFigures(context.Context) (redisinfo.Sample, bool, error) {
+	return redisinfo.Sample{}, false, nil
 }
 
 func (e *grpcEcho) Close() {
@@ -287,8 +288,8 @@ func Measure(ctx context.Context, sys Echoer, payload []byte, concurrency, calls
 		r.ProcessCPU = cpuAfter - cpuBefore
 	}
 	if hasRedis {
-		r.RedisCPU = after.cpu - before.cpu
-		r.RedisCommands = after.commands - before.commands
+		d := after.Sub(before)
+		r.RedisCPU, r.RedisCommands = d.CPU, d.Commands
 	}
 	return r, nil
 }

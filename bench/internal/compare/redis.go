@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -84,11 +83,7 @@ func startRedisOnce(bin, dir string) (*RedisServer, error) {
 		default:
 		}
 		if info, err := rdb.Info(context.Background(), "server").Result(); err == nil {
-			for line := range strings.SplitSeq(info, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-					s.Version = v
-				}
-			}
+			s.Version = redisinfo.Field(info, "redis_version")
 			return s, nil
 		}
 		if time.Now().After(deadline) {
@@ -126,15 +121,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// RedisFigures is one sample of Redis's counters.
-type RedisFigures struct {
-	commands int64         // commands executed (INFO commandstats, INFO itself left out)
-	cpu      time.Duration // used_cpu_sys + used_cpu_user
-}
-
-func sampleRedis(ctx context.Context, rdb *redis.Client) (RedisFigures, error) {
-	s, err := redisinfo.Read(ctx, rdb)
-	return RedisFigures{commands: s.Commands, cpu: s.CPU}, err
 }

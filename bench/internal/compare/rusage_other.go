@@ -4,5 +4,5 @@ package compare
 
 import "time"
 
-// processCPU is not measured outside Unix: -1 prints as n/a.
+// ProcessCPU is not measured outside Unix: -1 prints as n/a.
 func ProcessCPU() time.Duration { return -1 }

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// processCPU returns the user + system CPU time this process has used
+// ProcessCPU returns the user + system CPU time this process has used
 // (getrusage RUSAGE_SELF), or -1 when it cannot be had.
 func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
