@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"time"
 )
@@ -49,7 +48,7 @@ func asyncTimeout(env *requestEnvelope, method *MethodDesc) time.Duration {
 // asyncOutcome decides what becomes of an async request after an attempt:
 // done on success; otherwise another attempt after a backoff when its
 // policy allows, or the dead-letter stream with the reason.
-func (r *serveRun) asyncOutcome(q *queue, req *received, resp *responseEnvelope, handlerErr error, d beginDecision, log *slog.Logger) *completion {
+func (r *serveRun) asyncOutcome(q *queue, req *received, resp *responseEnvelope, handlerErr error, d beginDecision, log *requestLogger) *completion {
 	s, env := r.server, req.env
 	window := s.opts.IdempotencyWindow
 	if resp.Code == OK {
@@ -89,7 +88,7 @@ func (r *serveRun) asyncOutcome(q *queue, req *received, resp *responseEnvelope,
 		"replays", strconv.Itoa(env.Replays),
 		"enqueued_ms", strconv.FormatInt(env.Enqueued, 10),
 		"worker", s.opts.WorkerID,
-		"lane", laneName0(s.opts.Lane), // q's lane: where a replay queues it again
+		"lane", s.opts.Lane, // q's lane: where a replay queues it again
 	})
 	return &completion{action: "dead", target: q.keys.deadLetters(), final: stateDead, ttl: window,
 		resp: respRaw, env: original, extra: string(fields)}

@@ -32,8 +32,8 @@ type clientService struct {
 	shards     shardPicker
 	kick       chan struct{} // asks the watcher for a refresh now
 
-	respMu    sync.Mutex        // serializes opening response streams
-	responses []*responseStream // by shard; nil until a unary call needs it
+	respMu    sync.Mutex                                // serializes opening response streams
+	responses [MaxShards]atomic.Pointer[responseStream] // by shard; nil until a unary call needs it
 
 	mu      sync.Mutex
 	waiting map[string]chan callResult
@@ -64,11 +64,9 @@ func (s *clientService) liveWorkers(lane string) int {
 
 // responseStreams returns the response streams opened so far.
 func (s *clientService) responseStreams() []*responseStream {
-	s.respMu.Lock()
-	defer s.respMu.Unlock()
 	var out []*responseStream
-	for _, rs := range s.responses {
-		if rs != nil {
+	for i := range s.responses {
+		if rs := s.responses[i].Load(); rs != nil {
 			out = append(out, rs)
 		}
 	}
@@ -149,10 +147,13 @@ func (c *Client) setUp(ctx context.Context, s *clientService) error {
 // reader, once: only unary calls need them, so a client that only enqueues
 // async requests keeps no stream and no blocked reader.
 func (c *Client) openResponses(ctx context.Context, s *clientService, shard int) (*responseStream, error) {
+	if rs := s.responses[shard].Load(); rs != nil {
+		return rs, nil // every call but the first to the shard: no lock
+	}
 	s.respMu.Lock()
 	defer s.respMu.Unlock()
-	if shard < len(s.responses) && s.responses[shard] != nil {
-		return s.responses[shard], nil
+	if rs := s.responses[shard].Load(); rs != nil {
+		return rs, nil
 	}
 	c.mu.Lock()
 	err := checkPool(c.rdb, c.blockingReads+1, "this Client")
@@ -171,10 +172,7 @@ func (c *Client) openResponses(ctx context.Context, s *clientService, shard int)
 	if c.closed {
 		return nil, notExecutedf(Canceled, "%s: client closed", s.name)
 	}
-	for len(s.responses) <= shard {
-		s.responses = append(s.responses, nil)
-	}
-	s.responses[shard] = rs
+	s.responses[shard].Store(rs)
 	c.blockingReads++
 	c.wg.Add(1)
 	go c.readResponses(s, rs)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -211,29 +210,29 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		d := decisions[i]
 		// Only the uncommon decisions log here; a logger with the request's
 		// attributes is made for them alone, not for every request run.
-		log := func() *slog.Logger { return r.server.log.With("request_id", req.env.ID, "method", req.env.Method) }
+		log := r.server.requestLog(req.env)
 		switch d.what {
 		case "run", "rerun", "orphan":
 			if d.what != "run" {
-				log().Warn("rpr: took over a request whose worker's lease expired", "decision", d.what, "previous_worker", d.detail)
+				log.Warn("rpr: took over a request whose worker's lease expired", "decision", d.what, "previous_worker", d.detail)
 				r.server.stats.reclaimed.Add(1)
 			}
 			r.run(q, req, d)
 			continue
 		case "expired":
-			log().Info("rpr: deadline passed before a worker took the request; not executed")
+			log.Info("rpr: deadline passed before a worker took the request; not executed")
 		case "closed":
-			log().Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.detail)
+			log.Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.detail)
 		case "resent":
-			log().Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.detail)
+			log.Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.detail)
 		case "finished":
-			log().Info("rpr: async request already handled under its idempotency key; not run again", "key", req.env.Key, "state", d.detail)
+			log.Info("rpr: async request already handled under its idempotency key; not run again", "key", req.env.Key, "state", d.detail)
 		case "duplicate":
-			log().Info("rpr: request already running under another entry; duplicate retired", "worker", d.detail)
+			log.Info("rpr: request already running under another entry; duplicate retired", "worker", d.detail)
 		case "busy":
-			log().Debug("rpr: request held by a live worker; left alone", "worker", d.detail)
+			log.Debug("rpr: request held by a live worker; left alone", "worker", d.detail)
 		default:
-			log().Error("rpr: unknown begin decision", "decision", d.what)
+			log.Error("rpr: unknown begin decision", "decision", d.what)
 		}
 		r.releaseSlots(1)
 	}
@@ -332,7 +331,7 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]be
 // lease extended, until its completion is written.
 func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 	s := r.server
-	log := s.log.With("request_id", req.env.ID, "method", req.env.Method)
+	log := s.requestLog(req.env)
 	deadline := s.clock.toLocal(req.deadline)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -381,7 +380,7 @@ func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 // call runs the handler for req and builds the response envelope. It also
 // returns the error behind a failure, which says more than the envelope
 // (whether it is Permanent).
-func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *slog.Logger) (*responseEnvelope, error) {
+func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *requestLogger) (*responseEnvelope, error) {
 	s, env := r.server, req.env
 	fail := func(err error) (*responseEnvelope, error) { return errorResponse(env.ID, err), err }
 	if req.method == nil {
@@ -429,7 +428,7 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *slog.
 }
 
 // runHandler calls the user's handler, turning a panic into INTERNAL.
-func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, env *requestEnvelope, log *slog.Logger) (reply proto.Message, err error) {
+func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, env *requestEnvelope, log *requestLogger) (reply proto.Message, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
@@ -479,7 +478,7 @@ func errorResponse(id string, err error) *responseEnvelope {
 // If Redis cannot be reached it keeps trying, with backoff, for as long as
 // the request's state lives: the outcome exists, and the request stays this
 // worker's (its lease is extended meanwhile) until it is written.
-func (r *serveRun) complete(q *queue, req *received, comp *completion, log *slog.Logger) {
+func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requestLogger) {
 	s := r.server
 	comp.queue, comp.req = q, req
 	giveUp := time.Now().Add(comp.ttl)
@@ -523,7 +522,7 @@ func (r *serveRun) deadLetter(q *queue, entryID, raw, reason string) {
 	r.logFailure("dead-letter request entry", entryID, r.runScript(&scriptCall{
 		script: deadLetterScript,
 		keys:   []string{q.requests, q.keys.deadLetters()},
-		args:   []any{workersGroup, entryID, raw, reason, InvalidArgument.String(), r.server.opts.WorkerID, laneName0(r.server.opts.Lane)},
+		args:   []any{workersGroup, entryID, raw, reason, InvalidArgument.String(), r.server.opts.WorkerID, r.server.opts.Lane},
 	}))
 }
 

@@ -350,7 +350,7 @@ func parseDeadLetter(m redis.XMessage, shard int, key string) DeadLetter {
 		Shard:    shard,
 		Stream:   key,
 		StreamID: m.ID,
-		Lane:     laneName0(str("lane")),
+		Lane:     laneOrDefault(str("lane")),
 		Error:    str("error"),
 		Reason:   str("reason"),
 		Attempts: int(num("attempts")),
@@ -435,23 +435,11 @@ type replayTarget struct {
 // letters have been dealt with.
 func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, progress func(done int)) (ReplayResult, error) {
 	res := ReplayResult{Skipped: map[string]string{}, Rerouted: map[string]int{}}
-	pipe := q.rdb.Pipeline()
-	timeCmd := pipe.Time(ctx)
-	beats := pipe.HGetAll(ctx, q.keys.workers(q.service))
-	count := pipe.Get(ctx, q.keys.shardCount(q.service))
-	_, _ = pipe.Exec(ctx)
-	now, err := timeCmd.Result()
+	view, err := readServiceView(ctx, q.rdb, q.keys, q.service)
 	if err != nil {
-		return res, fmt.Errorf("rpr: read Redis time: %w", err)
+		return res, fmt.Errorf("rpr: replay dead letters of %s: %w", q.service, err)
 	}
-	if err := beats.Err(); err != nil {
-		return res, fmt.Errorf("rpr: read the workers of %s: %w", q.service, err)
-	}
-	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return res, fmt.Errorf("rpr: read the shard count of %s: %w", q.service, err)
-	}
-	shards := parseShardCount(count.Result())
-	live := liveWorkersByLane(beats.Val(), now.UnixMilli())
+	now, shards, live := view.now, view.shards, view.live()
 
 	batches := map[replayTarget][]DeadLetter{}
 	var order []replayTarget // targets in order of first use, for a stable flush order
@@ -504,7 +492,7 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 		case dl.Shard >= shards:
 			res.Skipped[dl.EntryID] = fmt.Sprintf("it is in shard %d, but %s has %d shard(s) now, so no server would read it there; raise the shard count to %d or more (`rpr shards set`) to replay it, or drop it", dl.Shard, q.service, shards, dl.Shard+1)
 		default:
-			lane := laneName0(dl.Lane)
+			lane := laneOrDefault(dl.Lane)
 			if lane != DefaultLane && live[lane] == 0 {
 				res.Rerouted[lane]++
 				lane = DefaultLane

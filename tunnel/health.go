@@ -49,7 +49,7 @@ func (h Health) Serving() bool {
 // ServingLane reports whether at least one live worker serves lane ("" is
 // the default lane): calls routed to a lane without one fail UNAVAILABLE.
 func (h Health) ServingLane(lane string) bool {
-	lane = laneName0(lane)
+	lane = laneOrDefault(lane)
 	for _, w := range h.Workers {
 		if w.Live && w.Lane == lane {
 			return true
@@ -63,9 +63,7 @@ func (h Health) ServingLane(lane string) bool {
 // whatever shards it reads. It fails only when Redis cannot be read; a service
 // with no live worker is a Health whose Serving is false.
 func CheckHealth(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (Health, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix = orDefaultPrefix(prefix)
 	keys := keyspace{prefix: prefix}
 	pipe := rdb.Pipeline()
 	now := pipe.Time(ctx)

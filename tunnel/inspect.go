@@ -3,7 +3,6 @@ package tunnel
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -134,29 +133,14 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 	fail := func(what string, err error) ([]ServiceStats, ServiceStats, error) {
 		return nil, ServiceStats{}, fmt.Errorf("rpr: inspect %s: %s: %w", service, what, err)
 	}
-	pipe := rdb.Pipeline()
-	now := pipe.Time(ctx)
-	beats := pipe.HGetAll(ctx, keys.workers(service))
-	routes := pipe.HGetAll(ctx, keys.routes(service))
-	count := pipe.Get(ctx, keys.shardCount(service))
-	_, _ = pipe.Exec(ctx)
-	if err := now.Err(); err != nil {
-		return fail("TIME", err)
+	view, err := readServiceView(ctx, rdb, keys, service)
+	if err != nil {
+		return nil, ServiceStats{}, fmt.Errorf("rpr: inspect %s: %w", service, err)
 	}
-	if err := beats.Err(); err != nil {
-		return fail("HGETALL "+keys.workers(service), err)
-	}
-	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return fail("GET "+keys.shardCount(service), err)
-	}
-	redisNow := now.Val()
-	shards := parseShardCount(count.Result())
-	// A routing table that does not read (a key of another type, say)
-	// only hides the lanes it names: the figures are still worth showing.
-	table, _ := parseRouteTable(service, routes.Val())
-	lanes := inspectedLanes(append(table.lanes(), more...), beats.Val())
+	redisNow, shards := view.now, view.shards
+	lanes := inspectedLanes(append(view.routes.lanes(), more...), view.beats)
 
-	pipe = rdb.Pipeline()
+	pipe := rdb.Pipeline()
 	dlq := make([]*redis.IntCmd, shards)
 	cmds := make([][]laneQueueCmds, shards) // [shard][lane]
 	for shard := range shards {
@@ -184,7 +168,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 		}
 		deadLetters += cmd.Val()
 	}
-	live := liveWorkersByLane(beats.Val(), redisNow.UnixMilli())
+	live := view.live()
 	total := ServiceStats{Service: service, Shards: shards, DeadLetters: deadLetters, RedisTime: redisNow}
 	allConsumers := map[string]bool{}
 	out := make([]ServiceStats, len(lanes))

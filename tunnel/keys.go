@@ -18,6 +18,15 @@ const workersGroup = "workers"
 // request stream has no lane suffix: rpr:v1:{S}:req.
 const DefaultLane = "default"
 
+// laneOrDefault names a lane: "" (in options, in records that predate
+// lanes) is the default lane.
+func laneOrDefault(lane string) string {
+	if lane == "" {
+		return DefaultLane
+	}
+	return lane
+}
+
 // keyspace names every Redis key rpr uses; no other file builds key names.
 //
 // Every key lives under a hash tag, so that each Lua script and multi-key

@@ -2,12 +2,13 @@ package tunnel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,48 +34,53 @@ type LaneStatus struct {
 // for hot paths.)
 func Lanes(ctx context.Context, rdb redis.UniversalClient, prefix, service string) ([]LaneStatus, error) {
 	keys := keyspace{prefix: orDefaultPrefix(prefix)}
-	pipe := rdb.Pipeline()
-	timeCmd := pipe.Time(ctx)
-	beats := pipe.HGetAll(ctx, keys.workers(service))
-	routes := pipe.HGetAll(ctx, keys.routes(service))
-	count := pipe.Get(ctx, keys.shardCount(service))
-	_, _ = pipe.Exec(ctx)
-	for _, cmd := range []redis.Cmder{timeCmd, beats, routes} {
-		if err := cmd.Err(); err != nil {
-			return nil, fmt.Errorf("rpr: read lanes of %s: %w", service, err)
-		}
-	}
-	live := liveWorkersByLane(beats.Val(), timeCmd.Val().UnixMilli())
-	table, _ := parseRouteTable(service, routes.Val())
-	byLane := map[string]*LaneStatus{DefaultLane: {Lane: DefaultLane, Routed: true}}
-	for _, lane := range table.lanes() {
-		byLane[lane] = &LaneStatus{Lane: lane, Routed: true}
-	}
-	for lane, n := range live {
-		if byLane[lane] == nil {
-			byLane[lane] = &LaneStatus{Lane: lane}
-		}
-		byLane[lane].LiveWorkers = n
-	}
-	shards := parseShardCount(count.Result())
-	held, err := lanesWithKeys(ctx, rdb, keys, service, shards)
+	out, shards, err := lanesOf(ctx, rdb, keys, service)
 	if err != nil {
 		return nil, err
 	}
-	for _, lane := range held {
+	names := make([]string, len(out))
+	for i, st := range out {
+		names[i] = st.Lane
+	}
+	queued, _, err := queueBacklog(ctx, rdb, shardsOf(keys, service, 0, shards), names)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Queued = queued[out[i].Lane]
+	}
+	return out, nil
+}
+
+// lanesOf returns the lanes Lanes reports (Queued left zero), in its order,
+// and the service's recorded shard count.
+func lanesOf(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string) ([]LaneStatus, int, error) {
+	view, err := readServiceView(ctx, rdb, keys, service)
+	if err != nil {
+		return nil, 0, fmt.Errorf("rpr: read lanes of %s: %w", service, err)
+	}
+	byLane := map[string]*LaneStatus{DefaultLane: {Lane: DefaultLane, Routed: true}}
+	for _, lane := range view.routes.lanes() {
+		byLane[lane] = &LaneStatus{Lane: lane, Routed: true}
+	}
+	status := func(lane string) *LaneStatus {
 		if byLane[lane] == nil {
 			byLane[lane] = &LaneStatus{Lane: lane}
 		}
+		return byLane[lane]
+	}
+	for lane, n := range view.live() {
+		status(lane).LiveWorkers = n
+	}
+	held, err := lanesWithKeys(ctx, rdb, keys, service, view.shards)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, lane := range held {
+		status(lane)
 	}
 	out := make([]LaneStatus, 0, len(byLane))
 	for _, st := range byLane {
-		for shard := range shards {
-			n, err := shardBacklog(ctx, rdb, keys.shard(service, shard), []string{st.Lane})
-			if err != nil {
-				return nil, err
-			}
-			st.Queued += n
-		}
 		out = append(out, *st)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -83,53 +89,33 @@ func Lanes(ctx context.Context, rdb redis.UniversalClient, prefix, service strin
 		}
 		return out[i].Lane < out[j].Lane
 	})
-	return out, nil
+	return out, view.shards, nil
 }
 
 // lanesWithKeys finds the lanes that have a request stream or retry set in
 // some shard of service, by SCAN (on every master of a Cluster).
 func lanesWithKeys(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, shards int) ([]string, error) {
 	var patterns []string
-	for shard := range shards {
-		tag := globEscape(keys.shard(service, shard).tag)
+	for _, sk := range shardsOf(keys, service, 0, shards) {
+		tag := globEscape(sk.tag)
 		patterns = append(patterns, tag+":req:*", tag+":retry:*")
 	}
-	var mu sync.Mutex
 	found := map[string]bool{}
-	scan := func(ctx context.Context, node redis.Cmdable) error {
-		for _, pattern := range patterns {
-			iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
-			for iter.Next(ctx) {
-				key := iter.Val()
-				lane := key[strings.LastIndex(key, ":")+1:]
-				if ValidateLane(lane) == nil {
-					mu.Lock()
-					found[lane] = true
-					mu.Unlock()
-				}
-			}
-			if err := iter.Err(); err != nil {
-				return err
-			}
+	err := scanEveryMaster(ctx, rdb, patterns, func(key string) {
+		if lane := key[strings.LastIndex(key, ":")+1:]; ValidateLane(lane) == nil {
+			found[lane] = true
 		}
-		return nil
-	}
-	var err error
-	if cluster, ok := rdb.(*redis.ClusterClient); ok {
-		err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
-	} else {
-		err = scan(ctx, rdb)
-	}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("rpr: find the lanes of %s: %w", service, err)
 	}
 	return slices.Sorted(maps.Keys(found)), nil
 }
 
-// knownLanes lists the lanes of service that routes name or workers serve,
-// the default lane first.
+// knownLanes lists the lanes of service Lanes reports, the default lane
+// first, without counting their requests.
 func knownLanes(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string) ([]string, error) {
-	statuses, err := Lanes(ctx, rdb, keys.prefix, service)
+	statuses, _, err := lanesOf(ctx, rdb, keys, service)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +124,44 @@ func knownLanes(ctx context.Context, rdb redis.UniversalClient, keys keyspace, s
 		lanes[i] = st.Lane
 	}
 	return lanes, nil
+}
+
+// serviceView is what operators' tools read first about a service, in one
+// pipelined round trip: Redis's clock, the worker heartbeats, the routing
+// table and the recorded shard count.
+type serviceView struct {
+	now    time.Time
+	beats  map[string]string // the heartbeat hash
+	routes routeTable        // the entries that decode
+	shards int
+}
+
+// readServiceView reads the view of service. A routing table that does not
+// read (a key of another type, say) only hides the lanes it names: it is
+// no error.
+func readServiceView(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string) (serviceView, error) {
+	pipe := rdb.Pipeline()
+	now := pipe.Time(ctx)
+	beats := pipe.HGetAll(ctx, keys.workers(service))
+	routes := pipe.HGetAll(ctx, keys.routes(service))
+	count := pipe.Get(ctx, keys.shardCount(service))
+	_, _ = pipe.Exec(ctx)
+	if err := now.Err(); err != nil {
+		return serviceView{}, fmt.Errorf("TIME: %w", err)
+	}
+	if err := beats.Err(); err != nil {
+		return serviceView{}, fmt.Errorf("HGETALL %s: %w", keys.workers(service), err)
+	}
+	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return serviceView{}, fmt.Errorf("GET %s: %w", keys.shardCount(service), err)
+	}
+	table, _ := parseRouteTable(service, routes.Val())
+	return serviceView{now: now.Val(), beats: beats.Val(), routes: table, shards: parseShardCount(count.Result())}, nil
+}
+
+// live counts the live workers of each lane.
+func (v serviceView) live() map[string]int {
+	return liveWorkersByLane(v.beats, v.now.UnixMilli())
 }
 
 // DrainResult says what DrainLane moved.
@@ -170,23 +194,16 @@ func DrainLane(ctx context.Context, rdb redis.UniversalClient, prefix, service, 
 		return DrainResult{}, fmt.Errorf("rpr: drain lane %s into itself: name another lane to move its requests to", from)
 	}
 	keys := keyspace{prefix: orDefaultPrefix(prefix)}
-	statuses, err := Lanes(ctx, rdb, prefix, service)
+	view, err := readServiceView(ctx, rdb, keys, service)
 	if err != nil {
-		return DrainResult{}, err
+		return DrainResult{}, fmt.Errorf("rpr: drain lane %s of %s: %w", from, service, err)
 	}
 	orphaned := "1"
-	for _, st := range statuses {
-		if st.Lane == from && st.LiveWorkers > 0 {
-			orphaned = "0"
-		}
-	}
-	shards, err := ShardCount(ctx, rdb, prefix, service)
-	if err != nil {
-		return DrainResult{}, err
+	if view.live()[from] > 0 {
+		orphaned = "0"
 	}
 	var res DrainResult
-	for shard := range shards {
-		sk := keys.shard(service, shard)
+	for shard, sk := range shardsOf(keys, service, 0, view.shards) {
 		k := []string{sk.requests(from), sk.requests(to), sk.retries(from), sk.retries(to)}
 		for {
 			out, err := moveLaneScript.Run(ctx, rdb, k, workersGroup, drainBatch, orphaned).Int64Slice()

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -150,7 +151,7 @@ func (r LimitRule) MarshalJSON() ([]byte, error) {
 // (ParseLimitRule does).
 func (r *LimitRule) UnmarshalJSON(b []byte) error {
 	var w limitRuleJSON
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
 		return err
@@ -282,10 +283,7 @@ type InvalidLimit struct {
 // LimitsKey is the name of service's limits hash, for messages and
 // redis-cli.
 func LimitsKey(prefix, service string) string {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	return keyspace{prefix: prefix}.limits(service)
+	return keyspace{prefix: orDefaultPrefix(prefix)}.limits(service)
 }
 
 // ListLimits reads service's rate-limit rules, sorted by name, and the

@@ -72,8 +72,10 @@ func (a *attributeSets) get(method string, code Code, coded bool) metric.Measure
 		attrs = append(attrs, attrStatusCode.Int(int(code)))
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(attrs...))
-	if a.size.Add(1) <= maxAttributeSets {
-		a.m.Store(key, opt)
+	if a.size.Load() < maxAttributeSets {
+		if _, loaded := a.m.LoadOrStore(key, opt); !loaded {
+			a.size.Add(1)
+		}
 	}
 	return opt
 }
@@ -208,11 +210,6 @@ func (p *prometheusEndpoint) close(ctx context.Context) {
 // cap applies to the sum of the backlogs of the service's lanes).
 func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix string, services []string, capacity map[string]int64) (metric.Registration, error) {
 	meter := meterOf(mp)
-	type gauge struct {
-		inst       metric.Float64ObservableGauge
-		value      func(ServiceStats) float64
-		perService bool
-	}
 	defs := []struct {
 		name, unit, desc string
 		value            func(ServiceStats) float64
@@ -233,17 +230,14 @@ func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix st
 	if err != nil {
 		return nil, err
 	}
-	gauges := make([]gauge, len(defs))
-	observables := make([]metric.Observable, len(defs), len(defs)+1)
+	gauges := make([]metric.Float64ObservableGauge, len(defs))
+	observables := []metric.Observable{capacityGauge}
 	for i, d := range defs {
-		inst, err := meter.Float64ObservableGauge(d.name, metric.WithUnit(d.unit), metric.WithDescription(d.desc))
-		if err != nil {
+		if gauges[i], err = meter.Float64ObservableGauge(d.name, metric.WithUnit(d.unit), metric.WithDescription(d.desc)); err != nil {
 			return nil, err
 		}
-		gauges[i] = gauge{inst: inst, value: d.value, perService: d.perService}
-		observables[i] = inst
+		observables = append(observables, gauges[i])
 	}
-	observables = append(observables, capacityGauge)
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -257,16 +251,16 @@ func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix st
 			serviceAttr := attribute.String("rpc.service", service)
 			attrs := metric.WithAttributeSet(attribute.NewSet(serviceAttr))
 			o.ObserveInt64(capacityGauge, capacity[service], attrs)
-			for _, g := range gauges {
-				if g.perService {
-					o.ObserveFloat64(g.inst, g.value(lanes[0]), attrs)
+			for i, d := range defs {
+				if d.perService {
+					o.ObserveFloat64(gauges[i], d.value(lanes[0]), attrs)
 				}
 			}
 			for _, stats := range lanes {
 				laneAttrs := metric.WithAttributeSet(attribute.NewSet(serviceAttr, attribute.String("rpr.lane", stats.Lane)))
-				for _, g := range gauges {
-					if !g.perService {
-						o.ObserveFloat64(g.inst, g.value(stats), laneAttrs)
+				for i, d := range defs {
+					if !d.perService {
+						o.ObserveFloat64(gauges[i], d.value(stats), laneAttrs)
 					}
 				}
 			}

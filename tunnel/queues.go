@@ -114,17 +114,9 @@ func (r *serveRun) serveQueue(ctx context.Context, q *queue) bool {
 		func() { r.moveDue(ctx, q) },
 		func() { r.tidy(ctx, q) })
 	if started {
-		s.log.Info("rpr: serving "+q.name, "stream", q.requests, "shard", q.shard, "lane", laneName0(s.opts.Lane), "concurrency", s.opts.Concurrency, "lease", s.opts.Lease)
+		s.log.Info("rpr: serving "+q.name, "stream", q.requests, "shard", q.shard, "lane", s.opts.Lane, "concurrency", s.opts.Concurrency, "lease", s.opts.Lease)
 	}
 	return started
-}
-
-// laneName0 names a lane for logs: "" is the default lane.
-func laneName0(lane string) string {
-	if lane == "" {
-		return DefaultLane
-	}
-	return lane
 }
 
 // watchShards follows the recorded shard counts of the served services

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 )
 
 // Open connects to the Redis at rawURL and checks that it answers. The
@@ -81,7 +82,7 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		}
 		return nil, fmt.Errorf("rpr: connect to redis at %s: %w", RedactURL(rawURL), err)
 	}
-	if target.clusterURL == "" {
+	if target.parts == nil { // a Unix socket
 		return rdb, nil
 	}
 	isCluster, err := clusterEnabled(ctx, rdb)
@@ -93,209 +94,11 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		return rdb, nil
 	}
 	_ = rdb.Close()
-	opts, err := redis.ParseClusterURL(target.clusterURL)
+	opts, err := parseClusterParts(*target.parts)
 	if err != nil {
 		return nil, urlError(rawURL, fmt.Errorf("the server is a Redis Cluster node, but the URL has an option a cluster client does not take: %w", err))
 	}
 	return openCluster(ctx, opts, rawURL)
-}
-
-// redisURLForms lists what Open accepts, for its errors.
-const redisURLForms = "redis://[user:password@]host:port[/db] (one server, or any node of a Cluster), " +
-	"redis://host1:port1,host2:port2,... (Cluster seeds), " +
-	"redis+sentinel://[user:password@]host1:port1,host2:port2,.../master[/db] (Sentinel); " +
-	"rediss:// and rediss+sentinel:// for TLS"
-
-func urlError(rawURL string, err error) error {
-	return fmt.Errorf("rpr: redis URL %q: %w; accepted forms: %s", RedactURL(rawURL), err, redisURLForms)
-}
-
-// redisTarget is a parsed Open URL: exactly one of single, cluster and
-// failover is set.
-type redisTarget struct {
-	single *redis.Options
-	// clusterURL is, for a single TCP address, the URL in the form
-	// redis.ParseClusterURL takes, used if the server is a Cluster node.
-	clusterURL string
-	cluster    *redis.ClusterOptions
-	failover   *redis.FailoverOptions
-}
-
-// urlParts is a Redis URL cut by hand: a comma-separated host list is not
-// a valid URL host (net/url refuses "[::1]:1,[::1]:2", for one).
-type urlParts struct {
-	scheme string // lower case
-	user   string // "user:password@" as written, or ""
-	hosts  []string
-	path   string // "" or starting with "/"
-	query  url.Values
-}
-
-func splitRedisURL(raw string) (urlParts, error) {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok || scheme == "" {
-		return urlParts{}, errors.New("no scheme")
-	}
-	p := urlParts{scheme: strings.ToLower(scheme)}
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	authority, tail := rest[:end], rest[end:]
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		p.user, authority = authority[:at+1], authority[at+1:]
-	}
-	tail, _, _ = strings.Cut(tail, "#")
-	var rawQuery string
-	p.path, rawQuery, _ = strings.Cut(tail, "?")
-	var err error
-	if p.query, err = url.ParseQuery(rawQuery); err != nil {
-		return urlParts{}, fmt.Errorf("query: %w", err)
-	}
-	if p.scheme == "unix" {
-		return p, nil
-	}
-	p.hosts = strings.Split(authority, ",")
-	for _, h := range p.hosts {
-		if strings.TrimSpace(h) == "" {
-			return urlParts{}, fmt.Errorf("empty address in the host list %q", authority)
-		}
-	}
-	return p, nil
-}
-
-// buildURL reassembles a URL for go-redis's parsers.
-func buildURL(scheme, user, host, path string, query url.Values) string {
-	s := scheme + "://" + user + host + path
-	if q := query.Encode(); q != "" {
-		s += "?" + q
-	}
-	return s
-}
-
-func parseRedisURL(raw string) (redisTarget, error) {
-	p, err := splitRedisURL(raw)
-	if err != nil {
-		return redisTarget{}, err
-	}
-	switch p.scheme {
-	case "unix":
-		o, err := redis.ParseURL(raw)
-		return redisTarget{single: o}, err
-	case "redis", "rediss":
-		if len(p.hosts) > 1 || p.query.Has("addr") {
-			o, err := parseClusterParts(p)
-			return redisTarget{cluster: o}, err
-		}
-		o, err := redis.ParseURL(raw)
-		if err != nil {
-			return redisTarget{}, err
-		}
-		q := cloneValues(p.query)
-		q.Del("db")
-		return redisTarget{single: o, clusterURL: buildURL(p.scheme, p.user, p.hosts[0], "", q)}, nil
-	case "redis+sentinel", "rediss+sentinel":
-		o, err := parseSentinelParts(p)
-		return redisTarget{failover: o}, err
-	}
-	return redisTarget{}, fmt.Errorf("unknown scheme %q", p.scheme)
-}
-
-// parseClusterParts turns the seed list into go-redis's form
-// (redis://h1:p1?addr=h2:p2&addr=h3:p3) and parses that.
-func parseClusterParts(p urlParts) (*redis.ClusterOptions, error) {
-	q := cloneValues(p.query)
-	db := strings.Trim(p.path, "/")
-	if q.Has("db") {
-		db = q.Get("db")
-		q.Del("db")
-	}
-	if db != "" && db != "0" {
-		return nil, clusterDBError(db)
-	}
-	addrs := q["addr"]
-	q.Del("addr")
-	for _, h := range p.hosts[1:] {
-		q.Add("addr", h)
-	}
-	for _, a := range addrs {
-		q.Add("addr", a)
-	}
-	return redis.ParseClusterURL(buildURL(p.scheme, p.user, p.hosts[0], "", q))
-}
-
-func clusterDBError(db string) error {
-	return fmt.Errorf("database %s with a Redis Cluster, which has only database 0: drop the /%s (or ?db=%s) from the URL", db, db, db)
-}
-
-// parseSentinelParts turns redis+sentinel://[user:pw@]s1,s2/master[/db] into
-// go-redis's form (redis://s1/db?master_name=master&addr=s2) and parses
-// that. go-redis would use the URL's user and password for the sentinels;
-// here they are the data nodes' (what the application's data needs), and
-// the sentinels' come from ?sentinel_username= and ?sentinel_password=.
-func parseSentinelParts(p urlParts) (*redis.FailoverOptions, error) {
-	q := cloneValues(p.query)
-	var segs []string
-	for s := range strings.SplitSeq(strings.Trim(p.path, "/"), "/") {
-		if s != "" {
-			segs = append(segs, s)
-		}
-	}
-	master, db := q.Get("master_name"), ""
-	q.Del("master_name")
-	switch len(segs) {
-	case 0:
-	case 1, 2:
-		name, err := url.PathUnescape(segs[0])
-		if err != nil {
-			return nil, fmt.Errorf("master name %q: %w", segs[0], err)
-		}
-		if master != "" && master != name {
-			return nil, fmt.Errorf("two master names, %q in the path and %q in ?master_name=", name, master)
-		}
-		master = name
-		if len(segs) == 2 {
-			db = segs[1]
-		}
-	default:
-		return nil, fmt.Errorf("path %q: want /master or /master/db", p.path)
-	}
-	if master == "" {
-		return nil, errors.New("no master name: Sentinel URLs name the monitored master after the sentinel addresses, e.g. redis+sentinel://host1:26379,host2:26379/mymaster")
-	}
-	if db != "" {
-		if _, err := strconv.Atoi(db); err != nil {
-			return nil, fmt.Errorf("database %q is not a number", db)
-		}
-	}
-	sentinelUser, sentinelPassword := q.Get("sentinel_username"), q.Get("sentinel_password")
-	q.Del("sentinel_username")
-	q.Del("sentinel_password")
-	q.Set("master_name", master)
-	for _, h := range p.hosts[1:] {
-		q.Add("addr", h)
-	}
-	path := ""
-	if db != "" {
-		path = "/" + db
-	}
-	o, err := redis.ParseFailoverURL(buildURL(strings.TrimSuffix(p.scheme, "+sentinel"), "", p.hosts[0], path, q))
-	if err != nil {
-		return nil, err
-	}
-	if p.user != "" {
-		if o.Username != "" || o.Password != "" {
-			return nil, errors.New("credentials given twice, before the @ and in ?username= or ?password=")
-		}
-		u, err := url.Parse("redis://" + p.user + "localhost")
-		if err != nil {
-			return nil, fmt.Errorf("user and password: %w", err)
-		}
-		o.Username = u.User.Username()
-		o.Password, _ = u.User.Password()
-	}
-	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPassword
-	return o, nil
 }
 
 // askSentinels explains a failed Sentinel connection: go-redis often says
@@ -330,14 +133,6 @@ func askSentinels(o *redis.FailoverOptions) string {
 	return strings.Join(answers, "; ")
 }
 
-func cloneValues(v url.Values) url.Values {
-	out := make(url.Values, len(v))
-	for k, vs := range v {
-		out[k] = append([]string(nil), vs...)
-	}
-	return out
-}
-
 // clusterEnabled reports whether the server behind rdb is a Cluster node.
 // A server that refuses INFO (an ACL without +info) counts as standalone.
 func clusterEnabled(ctx context.Context, rdb *redis.Client) (bool, error) {
@@ -349,12 +144,7 @@ func clusterEnabled(ctx context.Context, rdb *redis.Client) (bool, error) {
 		}
 		return false, err
 	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_enabled:"); ok {
-			return v == "1", nil
-		}
-	}
-	return false, nil
+	return redisinfo.Field(info, "cluster_enabled") == "1", nil
 }
 
 // clusterStateReloadInterval bounds how stale a Cluster client's slot map
@@ -423,42 +213,6 @@ func nodeUnreachable(err error) bool {
 	return !errors.As(err, &reply)
 }
 
-// RedactURL hides the passwords of a Redis URL ("redis://user:****@host",
-// also ?password= and ?sentinel_password=), so that the URL can appear in
-// errors, logs and on screens. It works on every form Open accepts,
-// including host lists that are not valid URLs to net/url.
-func RedactURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	authority, tail := rest[:end], rest[end:]
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		if user, _, hasPassword := strings.Cut(authority[:at], ":"); hasPassword {
-			authority = user + ":****" + authority[at:]
-		}
-	}
-	if qi := strings.IndexByte(tail, '?'); qi >= 0 {
-		query, frag, hasFrag := strings.Cut(tail[qi+1:], "#")
-		params := strings.Split(query, "&")
-		for i, kv := range params {
-			k, _, _ := strings.Cut(kv, "=")
-			if name, err := url.QueryUnescape(k); err == nil && (name == "password" || name == "sentinel_password") {
-				params[i] = k + "=****"
-			}
-		}
-		tail = tail[:qi+1] + strings.Join(params, "&")
-		if hasFrag {
-			tail += "#" + frag
-		}
-	}
-	return scheme + "://" + authority + tail
-}
-
 // poolSize returns the connection pool size of rdb (per node for a
 // Cluster; a Sentinel failover client is a *redis.Client), or 0 when it
 // cannot be told (a UniversalClient of another kind).
@@ -486,3 +240,30 @@ func checkPool(rdb redis.UniversalClient, needed int, who string) error {
 // minFreeConns is the number of pooled connections kept for commands
 // beyond the blocking reads.
 const minFreeConns = 4
+
+// scanEveryMaster calls found with each key matching one of patterns, by
+// SCAN (never KEYS) on rdb, or on every master of a Redis Cluster (whose
+// keys are spread over them). The masters are scanned in parallel, but
+// found is called under a lock, so it needs none of its own. It is for
+// operators' tools, not for hot paths.
+func scanEveryMaster(ctx context.Context, rdb redis.UniversalClient, patterns []string, found func(key string)) error {
+	var mu sync.Mutex
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		for _, pattern := range patterns {
+			iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				mu.Lock()
+				found(iter.Val())
+				mu.Unlock()
+			}
+			if err := iter.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		return cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	}
+	return scan(ctx, rdb)
+}

@@ -10,9 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -99,49 +99,22 @@ func (s *Server) publishSchemas(ctx context.Context, services []*serverService) 
 // DefaultPrefix). It scans the keyspace (SCAN, never KEYS), on every master
 // of a Redis Cluster; meant for operators' tools, not for hot paths.
 func ListServices(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	keys := keyspace{prefix: prefix}
+	keys := keyspace{prefix: orDefaultPrefix(prefix)}
 	patterns := []string{keys.workers("*"), keys.schema("*")}
 	for i, p := range patterns {
 		// Only the "*" we put in the hash tag is a wildcard.
-		patterns[i] = globEscape(prefix) + strings.TrimPrefix(p, prefix)
+		patterns[i] = globEscape(keys.prefix) + strings.TrimPrefix(p, keys.prefix)
 	}
-
-	var mu sync.Mutex
 	found := map[string]bool{}
-	scan := func(ctx context.Context, node redis.Cmdable) error {
-		for _, pattern := range patterns {
-			iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
-			for iter.Next(ctx) {
-				if name, ok := keys.serviceOf(iter.Val()); ok {
-					mu.Lock()
-					found[name] = true
-					mu.Unlock()
-				}
-			}
-			if err := iter.Err(); err != nil {
-				return err
-			}
+	err := scanEveryMaster(ctx, rdb, patterns, func(key string) {
+		if name, ok := keys.serviceOf(key); ok {
+			found[name] = true
 		}
-		return nil
-	}
-	var err error
-	if cluster, ok := rdb.(*redis.ClusterClient); ok {
-		err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
-	} else {
-		err = scan(ctx, rdb)
-	}
+	})
 	if err != nil {
-		return nil, fmt.Errorf("rpr: list services under prefix %q: %w", prefix, err)
+		return nil, fmt.Errorf("rpr: list services under prefix %q: %w", keys.prefix, err)
 	}
-	names := make([]string, 0, len(found))
-	for name := range found {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names, nil
+	return slices.Sorted(maps.Keys(found)), nil
 }
 
 // serviceOf returns the service whose workers or schema key is key.
@@ -181,9 +154,7 @@ func globEscape(s string) string {
 // dynamicpb.NewTypes for protojson and Any). The error wraps ErrNoSchema
 // when nothing was published.
 func LoadSchemaFiles(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (*protoregistry.Files, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix = orDefaultPrefix(prefix)
 	key := keyspace{prefix: prefix}.schema(service)
 	raw, err := rdb.Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -127,7 +128,6 @@ func (r RouteRule) validate() error {
 	if len(r.Lanes) == 0 {
 		return errors.New("no lane (e.g. v2, or v1:90,v2:10)")
 	}
-	total := 0
 	seen := map[string]bool{}
 	for _, lw := range r.Lanes {
 		if err := ValidateLane(lw.Lane); err != nil {
@@ -140,9 +140,8 @@ func (r RouteRule) validate() error {
 		if lw.Weight < 0 {
 			return fmt.Errorf("lane %q has a negative weight", lw.Lane)
 		}
-		total += lw.Weight
 	}
-	if total == 0 {
+	if r.totalWeight() == 0 {
 		return errors.New("the weights add up to 0; give at least one lane a weight")
 	}
 	for key := range r.Match {
@@ -157,12 +156,7 @@ func (r RouteRule) validate() error {
 func (r RouteRule) String() string {
 	var b strings.Builder
 	if len(r.Match) > 0 {
-		keys := make([]string, 0, len(r.Match))
-		for k := range r.Match {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for i, k := range keys {
+		for i, k := range slices.Sorted(maps.Keys(r.Match)) {
 			if i > 0 {
 				b.WriteByte(',')
 			}
@@ -192,14 +186,19 @@ func (r RouteRule) matches(header Metadata) bool {
 	return true
 }
 
-// pick chooses one of the rule's lanes by weight; roll is uniform in
-// [0, 1).
-func (r RouteRule) pick(roll float64) string {
+// totalWeight adds up the weights of the rule's lanes.
+func (r RouteRule) totalWeight() int {
 	total := 0
 	for _, lw := range r.Lanes {
 		total += lw.Weight
 	}
-	n := int(roll * float64(total))
+	return total
+}
+
+// pick chooses one of the rule's lanes by weight; roll is uniform in
+// [0, 1).
+func (r RouteRule) pick(roll float64) string {
+	n := int(roll * float64(r.totalWeight()))
 	for _, lw := range r.Lanes {
 		if n < lw.Weight {
 			return lw.Lane
@@ -212,30 +211,20 @@ func (r RouteRule) pick(roll float64) string {
 // routeTable is a service's routing table as a client holds it.
 type routeTable map[string][]RouteRule // pattern -> rules
 
-// rules returns the rules that apply to method ("Method"), most specific
-// pattern first.
-func (t routeTable) rules(service, method string) [][]RouteRule {
-	var out [][]RouteRule
-	if rules, ok := t[service+"/"+method]; ok {
-		out = append(out, rules)
-	}
-	if rules, ok := t[service+"/*"]; ok {
-		out = append(out, rules)
-	}
-	return out
-}
-
-// resolve returns the lane a call goes to and the rule that sent it there
-// (nil: no rule matched, the default lane).
-func (t routeTable) resolve(service, method string, header Metadata, roll float64) (string, *RouteRule) {
-	for _, rules := range t.rules(service, method) {
+// resolve returns the rule a call to method ("Method") with header goes
+// by, and its route's pattern: the first rule that matches, of the exact
+// method's route, then of the service wildcard's. nil: no rule matched,
+// the call goes to the default lane.
+func (t routeTable) resolve(service, method string, header Metadata) (string, *RouteRule) {
+	for _, pattern := range [...]string{service + "/" + method, service + "/*"} {
+		rules := t[pattern]
 		for i := range rules {
 			if rules[i].matches(header) {
-				return rules[i].pick(roll), &rules[i]
+				return pattern, &rules[i]
 			}
 		}
 	}
-	return DefaultLane, nil
+	return "", nil
 }
 
 // lanes returns every lane the table names, sorted.
@@ -250,12 +239,7 @@ func (t routeTable) lanes() []string {
 			}
 		}
 	}
-	out := make([]string, 0, len(set))
-	for l := range set {
-		out = append(out, l)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // parseRouteTable decodes the routes hash; fields that do not decode are
@@ -310,7 +294,7 @@ type clientRoutes struct {
 // observe records the routes hash as last read; it returns the errors of
 // the entries that did not decode, the first time it sees them.
 func (r *clientRoutes) observe(service string, hash map[string]string) []error {
-	if last := r.raw.Load(); last != nil && mapsEqual(*last, hash) {
+	if last := r.raw.Load(); last != nil && maps.Equal(*last, hash) {
 		return nil
 	}
 	table, errs := parseRouteTable(service, hash)
@@ -325,8 +309,10 @@ func (r *clientRoutes) lane(service, method string, header Metadata) string {
 	if t == nil || len(*t) == 0 {
 		return DefaultLane
 	}
-	lane, _ := t.resolve(service, method, header, rand.Float64())
-	return lane
+	if _, rule := t.resolve(service, method, header); rule != nil {
+		return rule.pick(rand.Float64())
+	}
+	return DefaultLane
 }
 
 // lanes returns the lanes the table names.
@@ -335,18 +321,6 @@ func (r *clientRoutes) lanes() []string {
 		return t.lanes()
 	}
 	return nil
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // RouteTable reads and changes a service's routing table; it is what
@@ -360,10 +334,7 @@ type RouteTable struct {
 // NewRouteTable returns the routing table of service under prefix ("" for
 // DefaultPrefix).
 func NewRouteTable(rdb redis.UniversalClient, prefix, service string) *RouteTable {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	return &RouteTable{rdb: rdb, keys: keyspace{prefix: prefix}, service: service}
+	return &RouteTable{rdb: rdb, keys: keyspace{prefix: orDefaultPrefix(prefix)}, service: service}
 }
 
 // List returns the routes, sorted by pattern, exact methods before the
@@ -467,24 +438,13 @@ func (t *RouteTable) Test(ctx context.Context, method string, header Metadata) (
 	for k, v := range header {
 		lower[strings.ToLower(k)] = v
 	}
-	_, rule := table.resolve(t.service, method, lower, 0)
-	d := RouteDecision{Lanes: map[string]float64{}}
+	pattern, rule := table.resolve(t.service, method, lower)
+	d := RouteDecision{Pattern: pattern, Rule: rule, Lanes: map[string]float64{}}
 	if rule == nil {
 		d.Lanes[DefaultLane] = 1
 		return d, nil
 	}
-	for pattern, rules := range table {
-		for i := range rules {
-			if &rules[i] == rule {
-				d.Pattern = pattern
-			}
-		}
-	}
-	d.Rule = rule
-	total := 0
-	for _, lw := range rule.Lanes {
-		total += lw.Weight
-	}
+	total := rule.totalWeight()
 	for _, lw := range rule.Lanes {
 		if lw.Weight > 0 {
 			d.Lanes[lw.Lane] = float64(lw.Weight) / float64(total)

@@ -179,46 +179,53 @@ return out
 // longer exists (the caller is gone; nothing is created for it), -1 when
 // this worker lost the request (fenced).
 var completeScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now -- Redis time (ms), read once and only when a state needs it
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
 local out, done = {}, {}
 for k = 1, (#KEYS - 1) / 2 do
   local target, st = KEYS[2 * k], KEYS[2 * k + 1]
   local a = 7 * k - 5
   local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  local cur = {}
-  if action ~= 'answer' then cur = redis.call('HMGET', st, 'state', 'worker', 'attempt') end
   if action == 'answer' then
     out[k] = 1
     if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
     done[#done + 1] = entry
-  elseif cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
-    out[k] = -1
   else
-    if action == 'done' then
-      -- The done marker is kept for the idempotency window (a day by
-      -- default), so it keeps only what rpr trace shows: not the claim's
-      -- details nor an earlier attempt's error (which would also have made
-      -- the hash a large one).
-      redis.call('DEL', st)
-      redis.call('HSET', st, 'state', final, 'done_ms', now, 'worker', ARGV[2], 'attempt', cur[3])
-    elseif resp ~= '' then
-      redis.call('HSET', st, 'state', final, 'done_ms', now, 'lease', 0, 'resp', resp)
+    local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
+    if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
+      out[k] = -1
     else
-      redis.call('HSET', st, 'state', final, 'done_ms', now, 'lease', 0)
+      if action == 'done' then
+        -- The done marker is kept for the idempotency window (a day by
+        -- default), so it keeps only what rpr trace shows: not the claim's
+        -- details nor an earlier attempt's error (which would also have made
+        -- the hash a large one).
+        redis.call('DEL', st)
+        redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3])
+      elseif resp ~= '' then
+        redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0, 'resp', resp)
+      else
+        redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0)
+      end
+      redis.call('PEXPIRE', st, ttl)
+      out[k] = 1
+      if action == 'reply' then
+        if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
+      elseif action == 'retry' then
+        redis.call('ZADD', target, clock() + tonumber(extra), env)
+      elseif action == 'dead' then
+        local fields = cjson.decode(extra)
+        redis.call('XADD', target, '*', 'e', env, 'entry', entry, 'failed_ms', clock(), unpack(fields))
+      end
+      done[#done + 1] = entry
     end
-    redis.call('PEXPIRE', st, ttl)
-    out[k] = 1
-    if action == 'reply' then
-      if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
-    elseif action == 'retry' then
-      redis.call('ZADD', target, now + tonumber(extra), env)
-    elseif action == 'dead' then
-      local fields = cjson.decode(extra)
-      redis.call('XADD', target, '*', 'e', env, 'entry', entry, 'failed_ms', now, unpack(fields))
-    end
-    done[#done + 1] = entry
   end
 end
 if #done > 0 then
@@ -254,15 +261,15 @@ for i = 2, #KEYS do
       lost[#lost + 1] = entry -- taken over by another worker
     end -- not pending: it has just completed
   else
-  local cur = redis.call('HMGET', KEYS[i], 'state', 'worker', 'entry')
-  local mine = cur[2] == ARGV[2] and cur[3] == entry
-  if mine and cur[1] == 'PROCESSING' then
-    redis.call('HSET', KEYS[i], 'lease', now + tonumber(ARGV[3]))
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, entry, 'JUSTID')
-  elseif not (cur[2] == ARGV[2] and (cur[1] == 'SUCCESS' or cur[1] == 'FAILED' or cur[1] == 'DEAD')) then
-    -- (an async done marker no longer names the entry)
-    lost[#lost + 1] = entry
-  end
+    local cur = redis.call('HMGET', KEYS[i], 'state', 'worker', 'entry')
+    local mine = cur[2] == ARGV[2] and cur[3] == entry
+    if mine and cur[1] == 'PROCESSING' then
+      redis.call('HSET', KEYS[i], 'lease', now + tonumber(ARGV[3]))
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, entry, 'JUSTID')
+    elseif not (cur[2] == ARGV[2] and (cur[1] == 'SUCCESS' or cur[1] == 'FAILED' or cur[1] == 'DEAD')) then
+      -- (an async done marker no longer names the entry)
+      lost[#lost + 1] = entry
+    end
   end
 end
 return lost

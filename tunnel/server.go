@@ -198,13 +198,9 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	if opts.RetryPollInterval <= 0 {
 		opts.RetryPollInterval = 250 * time.Millisecond
 	}
-	if opts.Lane == DefaultLane {
-		opts.Lane = ""
-	}
-	if opts.Lane != "" {
-		if err := ValidateLane(opts.Lane); err != nil {
-			return nil, fmt.Errorf("rpr: ServerOptions.Lane: %w", err)
-		}
+	opts.Lane = laneOrDefault(opts.Lane)
+	if err := ValidateLane(opts.Lane); err != nil {
+		return nil, fmt.Errorf("rpr: ServerOptions.Lane: %w", err)
 	}
 	for name, n := range opts.Shards {
 		if err := validShards(n); err != nil {

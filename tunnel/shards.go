@@ -139,20 +139,22 @@ func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 		if err != nil {
 			return err
 		}
-		for shard := n; shard < current; shard++ {
-			held, err := shardBacklog(ctx, rdb, keys.shard(service, shard), lanes)
-			if err != nil {
-				return err
-			}
-			letters, err := rdb.XLen(ctx, keys.shard(service, shard).deadLetters()).Result()
+		going := shardsOf(keys, service, n, current)
+		_, held, err := queueBacklog(ctx, rdb, going, lanes)
+		if err != nil {
+			return err
+		}
+		for i, sk := range going {
+			shard := n + i
+			letters, err := rdb.XLen(ctx, sk.deadLetters()).Result()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return fmt.Errorf("rpr: count dead letters of %s shard %d: %w", service, shard, err)
 			}
 			if letters > 0 {
 				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d holds %d dead letters, which `rpr dlq` would no longer list (%w); replay or drop them first (`rpr dlq ls %s`)", service, current, n, shard, letters, ErrShardsHoldRequests, service)
 			}
-			if held > 0 {
-				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d still holds %d requests, which would be stranded (%w); let it drain (stop sending, wait for `rpr stats` to show the service empty) and try again", service, current, n, shard, held, ErrShardsHoldRequests)
+			if held[i] > 0 {
+				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d still holds %d requests, which would be stranded (%w); let it drain (stop sending, wait for `rpr stats` to show the service empty) and try again", service, current, n, shard, held[i], ErrShardsHoldRequests)
 			}
 		}
 	}
@@ -162,23 +164,38 @@ func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 	return nil
 }
 
-// shardBacklog counts the requests a shard holds in the given lanes: in
-// their streams (queued and running) and retry sets.
-func shardBacklog(ctx context.Context, rdb redis.UniversalClient, shard shardKeys, lanes []string) (int64, error) {
+// shardsOf returns the keys of shards from to to-1 of service.
+func shardsOf(keys keyspace, service string, from, to int) []shardKeys {
+	out := make([]shardKeys, 0, max(to-from, 0))
+	for shard := from; shard < to; shard++ {
+		out = append(out, keys.shard(service, shard))
+	}
+	return out
+}
+
+// queueBacklog counts the requests lanes hold in shards: in their request
+// streams (queued and running) and retry sets, added up by lane and by
+// shard (byShard[i] is shards[i]'s), in one pipelined round trip.
+func queueBacklog(ctx context.Context, rdb redis.UniversalClient, shards []shardKeys, lanes []string) (byLane map[string]int64, byShard []int64, err error) {
 	pipe := rdb.Pipeline()
-	var cmds []*redis.IntCmd
-	for _, lane := range lanes {
-		cmds = append(cmds, pipe.XLen(ctx, shard.requests(lane)), pipe.ZCard(ctx, shard.retries(lane)))
+	cmds := make([][]*redis.IntCmd, len(shards)) // [shard][2*lane], [2*lane+1]
+	for i, sk := range shards {
+		for _, lane := range lanes {
+			cmds[i] = append(cmds[i], pipe.XLen(ctx, sk.requests(lane)), pipe.ZCard(ctx, sk.retries(lane)))
+		}
 	}
 	_, _ = pipe.Exec(ctx)
-	var total int64
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return 0, fmt.Errorf("rpr: count requests in %s: %w", shard.tag, err)
+	byLane, byShard = map[string]int64{}, make([]int64, len(shards))
+	for i, shardCmds := range cmds {
+		for j, cmd := range shardCmds {
+			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, nil, fmt.Errorf("rpr: count requests in %s: %w", shards[i].tag, err)
+			}
+			byLane[lanes[j/2]] += cmd.Val()
+			byShard[i] += cmd.Val()
 		}
-		total += cmd.Val()
 	}
-	return total, nil
+	return byLane, byShard, nil
 }
 
 // orDefaultPrefix returns prefix, or DefaultPrefix when it is empty.

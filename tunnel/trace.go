@@ -100,13 +100,10 @@ func TraceRequest(ctx context.Context, rdb redis.UniversalClient, prefix, servic
 	if err != nil {
 		return nil, err
 	}
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	keys := keyspace{prefix: prefix}
+	keys := keyspace{prefix: orDefaultPrefix(prefix)}
 	candidates := []string{service}
 	if service == "" {
-		if candidates, err = ListServices(ctx, rdb, prefix); err != nil {
+		if candidates, err = ListServices(ctx, rdb, keys.prefix); err != nil {
 			return nil, err
 		}
 	}
@@ -125,20 +122,12 @@ func TraceRequest(ctx context.Context, rdb redis.UniversalClient, prefix, servic
 // traceIn fills tr when service knows request id, looking in each of its
 // shards in turn.
 func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service, id string, tr *RequestTrace) error {
-	pipe := rdb.Pipeline()
-	beats := pipe.HGetAll(ctx, keys.workers(service))
-	routes := pipe.HGetAll(ctx, keys.routes(service))
-	count := pipe.Get(ctx, keys.shardCount(service))
-	_, _ = pipe.Exec(ctx)
-	if err := beats.Err(); err != nil {
+	view, err := readServiceView(ctx, rdb, keys, service)
+	if err != nil {
 		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
 	}
-	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
-	}
-	table, _ := parseRouteTable(service, routes.Val())
-	lanes := inspectedLanes(table.lanes(), beats.Val())
-	shards := parseShardCount(count.Result())
+	lanes := inspectedLanes(view.routes.lanes(), view.beats)
+	shards := view.shards
 	for shard := range shards {
 		found, err := traceInShard(ctx, rdb, keys, service, shard, lanes, id, tr)
 		if err != nil || found {

@@ -12,19 +12,15 @@ type workerInfo struct {
 	PID        int    `json:"pid"`
 	Started    int64  `json:"started_ms"`
 	BeatMillis int64  `json:"beat_ms,omitempty"`
-	// Lane is the lane the worker serves; "" is the default lane.
+	// Lane is the lane the worker serves ("" in beats of workers that
+	// predate lanes: the default lane).
 	Lane string `json:"lane,omitempty"`
 	// Shards lists the shards it reads, when the service has more than one.
 	Shards []int `json:"shards,omitempty"`
 }
 
 // laneOf returns the worker's lane by name.
-func (w workerInfo) laneOf() string {
-	if w.Lane == "" {
-		return DefaultLane
-	}
-	return w.Lane
-}
+func (w workerInfo) laneOf() string { return laneOrDefault(w.Lane) }
 
 const (
 	// heartbeatInterval is how often a server beats and a client refreshes
