@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,38 +144,15 @@ func (w *asyncWorld) serve(opts tunnel.ServerOptions) (stop func()) {
 	return serveService(w.t, w.redis, &jobsDesc, w.jobs, opts)
 }
 
-// serveService starts a Server of desc on a Redis connection of its own and
-// returns a function that stops it gracefully and waits for Serve to
-// return; the test's Cleanup calls it too. Retries are polled every 20ms
-// unless opts says otherwise.
+// serveService starts a Server of desc on a Redis connection of its own
+// (startServer) and returns its stop function. Retries are polled every
+// 20ms unless opts says otherwise.
 func serveService(t *testing.T, rs *redistest.Server, desc *tunnel.ServiceDesc, impl any, opts tunnel.ServerOptions) (stop func()) {
 	t.Helper()
 	if opts.RetryPollInterval == 0 {
 		opts.RetryPollInterval = 20 * time.Millisecond
 	}
-	srv, err := tunnel.NewServer(rs.Client(t), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.RegisterService(desc, impl)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-served:
-				if err != nil {
-					t.Errorf("Serve: %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Error("Serve did not return 60s after its context ended")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	_, stop = startServer(t, rs.Client(t), opts, func(s *tunnel.Server) { s.RegisterService(desc, impl) })
 	return stop
 }
 
@@ -209,7 +187,7 @@ func (w *asyncWorld) queued() (stream, retry int64) {
 
 func TestAsyncRequestsRunOnceEach(t *testing.T) {
 	w := newAsyncWorld(t, tunnel.ClientOptions{})
-	w.serve(tunnel.ServerOptions{})
+	stop := w.serve(tunnel.ServerOptions{})
 	const n = 200
 	ids := map[string]bool{}
 	for i := range n {
@@ -223,13 +201,18 @@ func TestAsyncRequestsRunOnceEach(t *testing.T) {
 		ids[r.RequestID] = true
 	}
 	waitFor(t, "all requests to run", func() bool { return w.jobs.distinct() == n })
-	time.Sleep(200 * time.Millisecond) // a duplicate run would show up by now
+	// Once the stream and the retry set are empty nothing is left to run;
+	// once the server has stopped, no handler can still be starting.
+	waitFor(t, "the queue to empty", func() bool { s, r := w.queued(); return s == 0 && r == 0 })
+	stop()
 	for i := range n {
 		if c := w.jobs.count(strconv.Itoa(i)); c != 1 {
 			t.Errorf("request %d ran %d times, want 1", i, c)
 		}
 	}
-	waitFor(t, "the queue to empty", func() bool { s, r := w.queued(); return s == 0 && r == 0 })
+	if dl := w.deadLetters(); len(dl) != 0 {
+		t.Errorf("%d dead letters, want none", len(dl))
+	}
 }
 
 func TestAsyncRetriesThenDeadLetters(t *testing.T) {
@@ -336,8 +319,7 @@ func TestAsyncDelayedRunsNoEarlier(t *testing.T) {
 		}
 		due[name] = r.ProcessAt
 	}
-	at, err := time.Now().Add(500*time.Millisecond), error(nil)
-	r, err := w.enqueue("Do", "at", tunnel.WithProcessAt(at))
+	r, err := w.enqueue("Do", "at", tunnel.WithProcessAt(time.Now().Add(500*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,14 +371,14 @@ func TestAsyncOverflowIsRefusedNotDropped(t *testing.T) {
 
 func TestDeadLettersReplayAfterFix(t *testing.T) {
 	w := newAsyncWorld(t, tunnel.ClientOptions{})
-	var broken sync.Map // value -> true while failing
+	var broken atomic.Bool // every request fails until the fix is deployed
+	broken.Store(true)
 	w.jobs.setFunc(func(ctx context.Context, in *wrapperspb.StringValue) error {
-		if _, bad := broken.Load("all"); bad {
+		if broken.Load() {
 			return tunnel.Errorf(tunnel.Unavailable, "still broken")
 		}
 		return nil
 	})
-	broken.Store("all", true)
 	w.serve(tunnel.ServerOptions{})
 	const n = 5
 	for i := range n {
@@ -421,7 +403,7 @@ func TestDeadLettersReplayAfterFix(t *testing.T) {
 		t.Errorf("Get by request id: %+v, %v", got, err)
 	}
 
-	broken.Delete("all") // the fix is deployed
+	broken.Store(false) // the fix is deployed
 	var progress []int
 	res, err := dlq.Replay(context.Background(), letters, func(done int) { progress = append(progress, done) })
 	if err != nil || res.Replayed != n || len(res.Skipped) != 0 {

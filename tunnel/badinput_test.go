@@ -211,4 +211,7 @@ func TestExpiredRequestIsNeverExecuted(t *testing.T) {
 	if n, _ := e.rdb.XLen(context.Background(), reply).Result(); n != 0 {
 		t.Errorf("an expired request was answered (%d responses)", n)
 	}
+	if st := e.rdb.HGet(context.Background(), stateKey("20261129-TEST-1795995318695-DDDDDDDDDD"), "state").Val(); st != "TIMEOUT" {
+		t.Errorf("state = %q, want TIMEOUT (so a late worker or the caller's arbiter sees it was never run)", st)
+	}
 }

@@ -38,7 +38,6 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	var processed atomic.Int64
 	done := make(chan struct{})
 	var target atomic.Int64
-	impl := &jobs{runs: map[string]int{}, attempts: map[string][]int{}, at: map[string]time.Time{}}
 	counting := tunnel.ServiceDesc{ServiceName: jobsService, Methods: []tunnel.MethodDesc{{
 		Service: jobsService, Name: "Do", Async: true,
 		Handler: func(_ any, _ context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
@@ -51,18 +50,8 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 			return nil, nil
 		},
 	}}}
-	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv.RegisterService(&counting, impl)
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() {
-		stop()
-		<-served
-	}()
+	startServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet}, func(s *tunnel.Server) { s.RegisterService(&counting, struct{}{}) })
+	ctx := context.Background()
 	client, err := tunnel.NewClient(rs.Client(b), tunnel.ClientOptions{Logger: quiet, MaxBacklog: int64(b.N) + 1000})
 	if err != nil {
 		b.Fatal(err)

@@ -44,18 +44,7 @@ func BenchmarkClusterShards(b *testing.B) {
 		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
 			name := fmt.Sprintf("test.v1.BenchShards%d", shards)
 			desc := echoServiceDesc(name, shards)
-			srv, err := tunnel.NewServer(open(), tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv.RegisterService(desc, struct{}{})
-			serveCtx, stop := context.WithCancel(ctx)
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve(serveCtx) }()
-			defer func() {
-				stop()
-				<-served
-			}()
+			startServer(b, open(), tunnel.ServerOptions{Concurrency: 256, Logger: quiet}, func(s *tunnel.Server) { s.RegisterService(desc, struct{}{}) })
 			client, err := tunnel.NewClient(open(), tunnel.ClientOptions{Logger: quiet})
 			if err != nil {
 				b.Fatal(err)
@@ -63,9 +52,7 @@ func BenchmarkClusterShards(b *testing.B) {
 			defer client.Close()
 			m := &desc.Methods[0]
 			in := wrapperspb.String("hello")
-			for client.Invoke(ctx, m, in, new(wrapperspb.StringValue)) != nil {
-				time.Sleep(20 * time.Millisecond) // until the server is live
-			}
+			waitAnswered(b, client, m)
 
 			const concurrency = 128
 			latencies := make([]time.Duration, b.N)

@@ -60,33 +60,15 @@ func benchmarkEcho(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvide
 	sent := &commandCounter{}
 	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
-	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet, TracerProvider: tp, MeterProvider: mp})
-	if err != nil {
-		b.Fatal(err)
-	}
-	handlers := map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		return in, nil
-	}}
-	srv.RegisterService(&echoDesc, handlers)
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() {
-		stop()
-		<-served
-	}()
+	startEchoServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet, TracerProvider: tp, MeterProvider: mp})
 	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet, TracerProvider: tp, MeterProvider: mp})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer client.Close()
+	ctx := context.Background()
 	echo := method("Echo")
-	for {
-		if err := client.Invoke(ctx, echo, wrapperspb.String("warm"), new(wrapperspb.StringValue)); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitAnswered(b, client, echo)
 
 	in := wrapperspb.String("hello")
 	runConcurrent(b, func() error {
@@ -99,6 +81,25 @@ func benchmarkEcho(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvide
 			}
 		}
 	}
+}
+
+// startEchoServer serves the echo service's Echo method, answering with
+// the request, until the benchmark ends.
+func startEchoServer(b *testing.B, rdb redis.UniversalClient, opts tunnel.ServerOptions) {
+	startServer(b, rdb, opts, func(s *tunnel.Server) {
+		s.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			return in, nil
+		}})
+	})
+}
+
+// waitAnswered waits until a call of m through client succeeds: the
+// server is live and the client's connections and scripts are warm.
+func waitAnswered(tb testing.TB, client *tunnel.Client, m *tunnel.MethodDesc) {
+	tb.Helper()
+	waitFor(tb, "a call of "+m.FullMethod()+" to succeed", func() bool {
+		return client.Invoke(context.Background(), m, wrapperspb.String("warm"), new(wrapperspb.StringValue)) == nil
+	})
 }
 
 // commandCounter is a go-redis hook counting what rpr sends: commands
@@ -152,20 +153,8 @@ func BenchmarkUnaryEchoClients(b *testing.B) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
 	quiet := slog.New(slog.DiscardHandler)
-	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		return in, nil
-	}})
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() {
-		stop()
-		<-served
-	}()
+	startEchoServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
+	ctx := context.Background()
 	echo := method("Echo")
 	in := wrapperspb.String("hello")
 	const callers = 128
@@ -178,9 +167,7 @@ func BenchmarkUnaryEchoClients(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer c.Close()
-				for c.Invoke(ctx, echo, in, new(wrapperspb.StringValue)) != nil {
-					time.Sleep(20 * time.Millisecond) // until the server is live
-				}
+				waitAnswered(b, c, echo)
 				clients[i] = c
 			}
 			next := make(chan struct{}, b.N)

@@ -29,14 +29,10 @@ func TestClusterEndToEnd(t *testing.T) {
 	logs := &logcapture.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	open := func() redis.UniversalClient {
-		rdb, err := tunnel.Open(ctx, cluster.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
+		rdb := mustOpen(t, ctx, cluster.URL())
 		if _, ok := rdb.(*redis.ClusterClient); !ok {
 			t.Fatalf("Open(%s) = %T, want a cluster client", cluster.URL(), rdb)
 		}
-		t.Cleanup(func() { _ = rdb.Close() })
 		return rdb
 	}
 	admin := open()
@@ -60,27 +56,13 @@ func TestClusterEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
-	serve := func(lane string, register func(*tunnel.Server)) {
-		srv, err := tunnel.NewServer(open(), tunnel.ServerOptions{Lane: lane, Logger: logger, RetryPollInterval: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		register(srv)
-		serveCtx, stop := context.WithCancel(ctx)
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(serveCtx) }()
-		t.Cleanup(func() {
-			stop()
-			if err := <-served; err != nil {
-				t.Errorf("Serve (lane %q): %v", lane, err)
-			}
-		})
-	}
-	serve("", func(s *tunnel.Server) {
+	startServer(t, open(), tunnel.ServerOptions{Logger: logger, RetryPollInterval: 20 * time.Millisecond}, func(s *tunnel.Server) {
 		s.RegisterService(lanesDesc(shards), laneDefault)
 		s.RegisterService(&jobsDesc, jobsImpl)
 	})
-	serve("v2", func(s *tunnel.Server) { s.RegisterService(lanesDesc(shards), laneV2) })
+	startServer(t, open(), tunnel.ServerOptions{Lane: "v2", Logger: logger, RetryPollInterval: 20 * time.Millisecond}, func(s *tunnel.Server) {
+		s.RegisterService(lanesDesc(shards), laneV2)
+	})
 	client, err := tunnel.NewClient(open(), tunnel.ClientOptions{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -200,6 +182,10 @@ func TestClusterEndToEnd(t *testing.T) {
 		t.Fatalf("DrainLane = %+v, %v; want at least 31 moved, none left", res, err)
 	}
 	waitFor(t, "drained jobs ran", func() bool { return len(laneDefault.executed()) >= 31 })
+	// Once both lanes hold nothing, nothing is left to run (again).
+	waitFor(t, "both lanes empty", func() bool {
+		return laneQueued(t, admin, tunnel.DefaultLane) == 0 && laneQueued(t, admin, "v3") == 0
+	})
 	for v, n := range laneDefault.executed() {
 		if n != 1 && v != "probe" { // each probe is a request of its own
 			t.Errorf("job %s ran %d times", v, n)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,8 +73,7 @@ func newBufferWorld(t *testing.T) *bufferWorld {
 		jobs: &jobs{runs: map[string]int{}, attempts: map[string][]int{}, at: map[string]time.Time{}}}
 	t.Cleanup(func() {
 		if t.Failed() {
-			lines := strings.Split(strings.TrimRight(w.logs.String(), "\n"), "\n")
-			t.Logf("log (end):\n%s", strings.Join(lines[max(len(lines)-40, 0):], "\n"))
+			t.Logf("log (end):\n%s", tail(w.logs.String(), 40))
 		}
 	})
 	return w
@@ -176,24 +174,6 @@ func (w *bufferWorld) usedMemory() int64 {
 		w.t.Fatal(err)
 	}
 	return s.UsedMemory
-}
-
-// waitLong polls cond (a condition on the test's world) every 50ms until
-// it holds, failing the test after timeout; progress, when set, describes
-// how far things got.
-func waitLong(t *testing.T, timeout time.Duration, what string, cond func() bool, progress func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			if progress != nil {
-				msg = ": " + progress()
-			}
-			t.Fatalf("timed out after %v waiting for %s%s", timeout, what, msg)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // checkRanOnce asserts that each of values ran exactly once and that
@@ -324,13 +304,16 @@ func TestEdgeBufferSurvivesOutage(t *testing.T) {
 	}
 	w.checkLedger("during the outage", accepted.Load())
 
-	// The outage ends 30s after the test started.
+	// The outage ends 30s after the test started, with every handler slot
+	// busy: the server takes as many requests as it may run, and no more.
 	time.Sleep(time.Until(start.Add(outage)))
-	blocked := blockedNow.Load()
+	waitLong(t, 30*time.Second, fmt.Sprintf("all %d handler slots to be busy", concurrency),
+		func() bool { return blockedNow.Load() == concurrency },
+		func() string { return fmt.Sprintf("%d blocked", blockedNow.Load()) })
 	close(down)
-	t.Logf("outage over after %v; %d handlers were blocked (at most %d at once)", time.Since(start).Round(time.Millisecond), blocked, blockedMax.Load())
-	if blocked != concurrency {
-		t.Errorf("%d handlers blocked at the end of the outage, want all %d slots busy", blocked, concurrency)
+	t.Logf("outage over after %v; %d handlers were blocked (at most %d at once)", time.Since(start).Round(time.Millisecond), concurrency, blockedMax.Load())
+	if m := blockedMax.Load(); m > concurrency {
+		t.Errorf("%d handlers ran at once with Concurrency %d", m, concurrency)
 	}
 
 	// Sample the ledger while the backlog drains.
@@ -625,9 +608,8 @@ func TestAsyncLongHandlerWithIdempotencyKeyKeepsLease(t *testing.T) {
 	if lost := w.logs.Lines("lost the lease"); len(lost) > 0 {
 		t.Errorf("the only server logged %d lost leases, e.g. %s", len(lost), lost[0])
 	}
-	w.checkLedger("at the end", 2)
-	if dl := w.ledger().dead; dl != 0 {
-		t.Errorf("%d dead letters", dl)
+	if l := w.checkLedger("at the end", 2); l.processed != 2 || l.dead != 0 {
+		t.Errorf("at the end: %v; want both processed, none dead-lettered", l)
 	}
 	w.checkRanOnce(values)
 }

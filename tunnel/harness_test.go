@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -89,10 +90,11 @@ type env struct {
 	stop   context.CancelFunc
 	served chan error
 
-	mu      sync.Mutex
-	calls   map[string]int   // executions per method, and per "method(value)"
-	results map[string]error // how each method's last execution ended (nil: not yet)
-	logs    *logBuffer
+	mu       sync.Mutex
+	calls    map[string]int   // executions per method, and per "method(value)"
+	attempts map[string][]int // the attempt numbers each request id ran with
+	results  map[string]error // how each method's last execution ended (nil: not yet)
+	logs     *logBuffer
 }
 
 type envConfig struct {
@@ -104,7 +106,7 @@ type envConfig struct {
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
 	rs := redistest.Start(t)
-	e := &env{t: t, redis: rs, rdb: rs.Client(t), calls: map[string]int{}, results: map[string]error{}, logs: &logBuffer{}}
+	e := &env{t: t, redis: rs, rdb: rs.Client(t), calls: map[string]int{}, attempts: map[string][]int{}, results: map[string]error{}, logs: &logBuffer{}}
 	logger := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.server.Logger == nil {
 		cfg.server.Logger = logger
@@ -171,6 +173,14 @@ func (e *env) server2Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("server", 2)
 }
 
+// attemptsRun returns the attempt numbers request id rid ran with, one per
+// execution.
+func (e *env) attemptsRun(rid string) []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.attempts[rid])
+}
+
 func (e *env) count(name string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -183,6 +193,8 @@ func (e *env) handlers() map[string]echoHandler {
 			e.mu.Lock()
 			e.calls[name]++
 			e.calls[name+"("+in.GetValue()+")"]++
+			rid := tunnel.RequestIDFromContext(ctx)
+			e.attempts[rid] = append(e.attempts[rid], tunnel.AttemptFromContext(ctx))
 			e.mu.Unlock()
 			out, err := h(ctx, in)
 			e.mu.Lock()
@@ -254,17 +266,72 @@ func (e *env) call(ctx context.Context, name, in string, opts ...tunnel.CallOpti
 // logBuffer collects log output for assertions.
 type logBuffer = logcapture.Buffer
 
-// waitFor polls cond (a test condition, not the code under test) until it
-// holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+// waitFor polls cond (a test condition, not the code under test) every
+// 20ms until it holds, failing tb after 10 s.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	poll(tb, 10*time.Second, 20*time.Millisecond, what, cond, nil)
+}
+
+// waitLong polls cond (a condition on the test's world) every 50ms until
+// it holds, failing tb after timeout; progress, when set, describes how
+// far things got.
+func waitLong(tb testing.TB, timeout time.Duration, what string, cond func() bool, progress func() string) {
+	tb.Helper()
+	poll(tb, timeout, 50*time.Millisecond, what, cond, progress)
+}
+
+func poll(tb testing.TB, timeout, every time.Duration, what string, cond func() bool, progress func() string) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			msg := ""
+			if progress != nil {
+				msg = ": " + progress()
+			}
+			tb.Fatalf("timed out after %v waiting for %s%s", timeout, what, msg)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
+}
+
+// startServer creates a Server on rdb with opts, lets register add its
+// services, and runs it until tb ends or stop is called. stop (idempotent)
+// ends Serve's context and waits for Serve to return, reporting an error
+// it returns.
+func startServer(tb testing.TB, rdb redis.UniversalClient, opts tunnel.ServerOptions, register func(*tunnel.Server)) (srv *tunnel.Server, stop func()) {
+	tb.Helper()
+	srv, err := tunnel.NewServer(rdb, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	register(srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-served:
+				if err != nil {
+					tb.Errorf("Serve (lane %q): %v", opts.Lane, err)
+				}
+			case <-time.After(60 * time.Second):
+				tb.Errorf("Serve (lane %q) did not return 60s after its context ended", opts.Lane)
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return srv, stop
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func mustMarshal(m proto.Message) []byte {

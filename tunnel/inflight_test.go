@@ -23,18 +23,14 @@ func TestClientBoundsCallsInFlight(t *testing.T) {
 		MaxInFlight:   2,
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 	}})
-	started := make(chan struct{}, 2)
 	var slow sync.WaitGroup
 	for range 2 {
 		slow.Go(func() {
-			started <- struct{}{}
 			if _, err := e.call(context.Background(), "Slow", "1s"); err != nil {
 				t.Errorf("slow call: %v", err)
 			}
 		})
 	}
-	<-started
-	<-started
 	waitFor(t, "both slow calls to run", func() bool { return e.count("Slow") == 2 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

@@ -22,6 +22,9 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 			t.Fatalf("unary call %d after SCRIPT FLUSH: %q, %v", i, got, err)
 		}
 	}
+	if n := e.count("Echo(after flush)"); n != 3 {
+		t.Errorf("the 3 unary calls ran %d times, want once each", n)
+	}
 
 	w := newAsyncWorld(t, tunnel.ClientOptions{})
 	w.serve(tunnel.ServerOptions{})
@@ -34,4 +37,13 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 		}
 	}
 	waitFor(t, "the three async requests to run", func() bool { return w.jobs.distinct() == 3 })
+	waitFor(t, "the queue to empty", func() bool { s, r := w.queued(); return s == 0 && r == 0 })
+	for i := range 3 {
+		if v := string(rune('a' + i)); w.jobs.count(v) != 1 {
+			t.Errorf("async request %s ran %d times, want 1", v, w.jobs.count(v))
+		}
+	}
+	if dl := w.deadLetters(); len(dl) != 0 {
+		t.Errorf("%d dead letters, want none", len(dl))
+	}
 }

@@ -93,12 +93,12 @@ func TestFastPathLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	e.settled(t) // nothing pending or queued: the entry was acknowledged and deleted
 	if n := e.rdb.Exists(ctx, stateKey(rid)).Val(); n != 0 {
 		t.Errorf("state hash of a finished unary call exists: %v", e.rdb.HGetAll(ctx, stateKey(rid)).Val())
 	}
-	e.settled(t)
-	if n := e.rdb.XLen(ctx, requestStream).Val(); n != 0 {
-		t.Errorf("request stream holds %d entries after the calls finished, want 0", n)
+	if n := e.count("Echo(x)"); n != 1 {
+		t.Errorf("the call ran %d times, want 1", n)
 	}
 }
 
@@ -118,6 +118,7 @@ func TestFastPathOrphanOfNonIdempotentMethodIsAborted(t *testing.T) {
 	if msg, _ := resp["msg"].(string); !strings.Contains(msg, "outcome unknown: worker ghost died while executing "+rid) {
 		t.Errorf("message = %q, want outcome unknown", msg)
 	}
+	checkTakenOver(t, e, rid, reply, "FAILED")
 	if n := e.count("Echo"); n != 1 { // the liveness probe only
 		t.Errorf("Echo ran %d times, want 1: an orphan was run again", n)
 	}
@@ -128,13 +129,35 @@ func TestFastPathOrphanOfNonIdempotentMethodIsAborted(t *testing.T) {
 func TestFastPathOrphanOfIdempotentMethodIsRerun(t *testing.T) {
 	e := newEnv(t, envConfig{noServe: true, server: tunnel.ServerOptions{Lease: 200 * time.Millisecond}})
 	reply := replyStream(t, e, "orphan-caller")
-	plantFastOrphan(t, e, "Idem", "20261129-TEST-1795995318695-JJJJJJJJJJ", reply)
+	rid := "20261129-TEST-1795995318695-JJJJJJJJJJ"
+	plantFastOrphan(t, e, "Idem", rid, reply)
 	e.serve()
 	if resp := readResponse(t, e, reply); fmt.Sprint(resp["c"]) != "0" {
 		t.Fatalf("response = %v, want OK", resp)
 	}
+	checkTakenOver(t, e, rid, reply, "SUCCESS")
 	if n := e.count("Idem"); n != 1 {
 		t.Errorf("Idem ran %d times, want 1", n)
+	}
+}
+
+// checkTakenOver checks what is left once a server took over request rid
+// from the dead worker "ghost": one answer on reply, the entry retired,
+// the state hash in final under this server (ghost recorded as the
+// previous worker), and one takeover in the server's stats.
+func checkTakenOver(t *testing.T, e *env, rid, reply, final string) {
+	t.Helper()
+	ctx := context.Background()
+	e.settled(t)
+	if n := e.rdb.XLen(ctx, reply).Val(); n != 1 {
+		t.Errorf("%d answers on the reply stream, want 1", n)
+	}
+	st := e.rdb.HGetAll(ctx, stateKey(rid)).Val()
+	if st["state"] != final || st["worker"] != e.server.WorkerID() || st["previous_worker"] != "ghost" {
+		t.Errorf("state hash = %v, want %s under %s, taken over from ghost", st, final, e.server.WorkerID())
+	}
+	if n := e.server.Stats().Reclaimed; n != 1 {
+		t.Errorf("%d requests taken over, want 1", n)
 	}
 }
 
@@ -147,7 +170,9 @@ func plantFastOrphan(t *testing.T, e *env, method, rid, replyTo string) (entry s
 	fields := validFields(rid, replyTo)
 	fields["m"] = echoService + "/" + method
 	e.xadd(t, "e", rawEnvelope(t, fields))
-	e.rdb.XGroupCreateMkStream(ctx, requestStream, "workers", "0")
+	if err := e.rdb.XGroupCreateMkStream(ctx, requestStream, "workers", "0").Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		t.Fatal(err)
+	}
 	res, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "ghost", Streams: []string{requestStream, ">"}, Count: 1}).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -157,19 +182,36 @@ func plantFastOrphan(t *testing.T, e *env, method, rid, replyTo string) (entry s
 
 func TestRetryReusesTheRequestIDUntilAServerAppears(t *testing.T) {
 	e := newEnv(t, envConfig{noServe: true})
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		e.serve()
-	}()
+	type result struct {
+		got string
+		err error
+	}
+	done := make(chan result, 1)
 	var rid string
-	got, err := e.call(context.Background(), "Echo", "retried",
-		tunnel.WithRetry(tunnel.RetryPolicy{MaxAttempts: 10, InitialBackoff: 100 * time.Millisecond}),
-		tunnel.CaptureRequestID(&rid))
-	if err != nil || got != "echo: retried" {
-		t.Fatalf("got %q, %v", got, err)
+	go func() {
+		got, err := e.call(context.Background(), "Echo", "retried",
+			tunnel.WithRetry(tunnel.RetryPolicy{MaxAttempts: 10, InitialBackoff: 100 * time.Millisecond}),
+			tunnel.CaptureRequestID(&rid))
+		done <- result{got, err}
+	}()
+	// The server starts once the first attempt has found none.
+	waitFor(t, "the call to retry", func() bool { return len(e.logs.Lines("rpr: retrying")) > 0 })
+	e.serve()
+	r := <-done
+	if r.err != nil || r.got != "echo: retried" {
+		t.Fatalf("got %q, %v", r.got, r.err)
 	}
 	if n := e.count("Echo(retried)"); n != 1 {
 		t.Errorf("the call ran %d times, want once for all its attempts", n)
+	}
+	// It ran under the request id the caller got, on a later attempt.
+	if a := e.attemptsRun(rid); len(a) != 1 || a[0] < 2 {
+		t.Errorf("request %s ran with attempts %v, want one run on attempt 2 or later", rid, a)
+	}
+	for _, l := range e.logs.Lines("rpr: retrying") {
+		if !strings.Contains(l, "request_id="+rid) {
+			t.Errorf("a retry under another request id: %s", l)
+		}
 	}
 }
 
@@ -195,15 +237,8 @@ func TestRetryPolicyRefusesUnsafeRetries(t *testing.T) {
 func TestLongHandlerKeepsItsLease(t *testing.T) {
 	e := newEnv(t, envConfig{server: tunnel.ServerOptions{Lease: 300 * time.Millisecond}})
 	// a second server that would steal the request if its lease lapsed
-	other, err := tunnel.NewServer(e.rdb, tunnel.ServerOptions{Lease: 300 * time.Millisecond, Logger: e.server2Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other.RegisterService(&echoDesc, e.handlers())
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- other.Serve(ctx) }()
-	defer func() { stop(); <-done }()
+	other, _ := startServer(t, e.rdb, tunnel.ServerOptions{Lease: 300 * time.Millisecond, Logger: e.server2Logger()},
+		func(s *tunnel.Server) { s.RegisterService(&echoDesc, e.handlers()) })
 
 	got, err := e.call(context.Background(), "Slow", "1500ms")
 	if err != nil || got != "slept 1500ms" {
@@ -241,29 +276,24 @@ func TestOrphanOfNonIdempotentMethodIsAbortedNotRerun(t *testing.T) {
 	if msg, _ := resp["msg"].(string); !strings.Contains(msg, want) {
 		t.Errorf("message = %q, want it to contain %q", msg, want)
 	}
+	checkTakenOver(t, e, rid, reply, "FAILED")
 	if n := e.count("Echo"); n != 1 { // the liveness probe only
 		t.Errorf("Echo ran %d times, want 1: an orphan was run again", n)
-	}
-	e.settled(t)
-	if st := e.rdb.HGet(context.Background(), stateKey(rid), "state").Val(); st != "FAILED" {
-		t.Errorf("state = %q, want FAILED", st)
-	}
-	if e.server.Stats().Reclaimed != 1 {
-		t.Errorf("stats = %+v, want 1 reclaimed", e.server.Stats())
 	}
 }
 
 func TestOrphanOfIdempotentMethodIsRerun(t *testing.T) {
 	e := newEnv(t, envConfig{noServe: true, server: tunnel.ServerOptions{Lease: 200 * time.Millisecond}})
 	reply := replyStream(t, e, "orphan-caller")
-	plantOrphan(t, e, "Idem", "20261129-TEST-1795995318695-FFFFFFFFFF", reply)
+	rid := "20261129-TEST-1795995318695-FFFFFFFFFF"
+	plantOrphan(t, e, "Idem", rid, reply)
 	e.serve()
 	resp := readResponse(t, e, reply)
 	if fmt.Sprint(resp["c"]) != "0" {
 		t.Fatalf("response = %v, want OK", resp)
 	}
+	checkTakenOver(t, e, rid, reply, "SUCCESS")
 	if n := e.count("Idem"); n != 1 {
 		t.Errorf("Idem ran %d times, want 1", n)
 	}
-	e.settled(t)
 }

@@ -30,15 +30,13 @@ func TestUnaryConcurrentCallsAllAnswered(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			in := strings.Repeat("a", i%7) + string(rune('A'+i%26))
 			got, err := e.call(context.Background(), "Echo", in)
 			if err != nil || got != "echo: "+in {
 				errs <- errors.Join(err, errors.New("got "+got))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -105,8 +103,7 @@ func TestDeadlineExceeded(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	var rid string
-	_, err := e.call(ctx, "Slow", "5s", tunnel.CaptureRequestID(&rid))
+	_, err := e.call(ctx, "Slow", "5s")
 	if tunnel.CodeOf(err) != tunnel.DeadlineExceeded {
 		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
 	}
@@ -140,18 +137,25 @@ func TestMethodDefaultTimeoutApplies(t *testing.T) {
 func TestCancellation(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
 	go func() {
-		time.Sleep(100 * time.Millisecond)
-		cancel()
+		_, err := e.call(ctx, "Slow", "5s")
+		done <- err
 	}()
-	_, err := e.call(ctx, "Slow", "5s")
-	if tunnel.CodeOf(err) != tunnel.Canceled {
-		t.Fatalf("err = %v, want CANCELED", err)
+	waitFor(t, "the handler to start", func() bool { return e.count("Slow") == 1 })
+	cancel()
+	if err := <-done; tunnel.CodeOf(err) != tunnel.Canceled || tunnel.NotExecuted(err) {
+		t.Fatalf("err = %v, want CANCELED that may have executed", err)
 	}
-	// the server hears of it and cancels the running handler
+	// the server hears of it and cancels the running handler, which ends
+	// early instead of replying after 5 s
 	waitFor(t, "the server to cancel the handler", func() bool {
 		return strings.Contains(e.logs.String(), "caller cancelled; cancelling its handler")
 	})
+	waitFor(t, "the handler to end", func() bool { return e.result("Slow") != nil })
+	if err := e.result("Slow"); errors.Is(err, errHandlerOK) {
+		t.Errorf("the handler ran to its end: it was not cancelled")
+	}
 }
 
 func TestMetadataBothWays(t *testing.T) {
@@ -223,15 +227,9 @@ func TestGracefulShutdownAnswersInFlightCalls(t *testing.T) {
 		done <- err
 	}()
 	waitFor(t, "the handler to start", func() bool { return e.count("Slow") == 1 })
-	e.stop()
+	e.stopServerAndWait()
 	if err := <-done; err != nil {
 		t.Fatalf("in-flight call during shutdown: %v", err)
-	}
-	select {
-	case err := <-e.served:
-		e.served <- err // for the cleanup check
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return after shutdown")
 	}
 	// a stopped server removes its heartbeat: new calls fail fast
 	waitFor(t, "clients to see no live server", func() bool {
