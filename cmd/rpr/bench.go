@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"math/bits"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -21,7 +19,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
@@ -265,13 +262,8 @@ func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error 
 		fmt.Fprintln(errOut, "rpr bench: its figures are NOT representative of a real redis-server; pass --redis redis://HOST:PORT/0 to measure.")
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	open := func() (redis.UniversalClient, error) {
-		rdb, err := tunnel.Open(ctx, redisURL)
-		if err != nil {
-			return nil, exitError{code: 2, cause: err}
-		}
-		return rdb, nil
-	}
+	rf := redisFlags{url: redisURL, prefix: o.prefix}
+	open := func() (redis.UniversalClient, error) { return rf.open(ctx) }
 	var err error
 	if r.admin, err = open(); err != nil {
 		return err
@@ -365,9 +357,7 @@ func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error 
 	sum.Redis, sum.EmbeddedRedis = shown, r.embedded
 
 	if o.output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(sum); err != nil {
+		if err := writeJSON(out, sum); err != nil {
 			return err
 		}
 	} else {
@@ -408,7 +398,7 @@ func (r *benchRun) waitReady(ctx context.Context) error {
 	}
 	if r.orders != nil {
 		// The probe's order, processed: the server is reading its queue.
-		if !r.drain(ctx, r.orders.processed.Load(), 1, 15*time.Second) {
+		if !r.drain(ctx, r.processed(), 1, 15*time.Second) {
 			return fmt.Errorf("the in-process server of %s did not process a request within 15s", r.service)
 		}
 	}
@@ -660,8 +650,7 @@ type benchProgress struct {
 }
 
 func newBenchProgress(w io.Writer) *benchProgress {
-	f, ok := w.(*os.File)
-	return &benchProgress{w: w, terminal: ok && term.IsTerminal(int(f.Fd()))}
+	return &benchProgress{w: w, terminal: isTerminal(w)}
 }
 
 func (p *benchProgress) done(failed bool) {

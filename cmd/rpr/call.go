@@ -145,13 +145,7 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 	}
 	var rid string
 	var respHeader, trailer tunnel.Metadata
-	opts := []tunnel.CallOption{tunnel.CaptureRequestID(&rid), tunnel.WithResponseHeader(&respHeader), tunnel.WithTrailer(&trailer)}
-	for _, kv := range header {
-		opts = append(opts, tunnel.WithHeader(kv[0], kv[1]))
-	}
-	if flags.timeout > 0 {
-		opts = append(opts, tunnel.WithTimeout(flags.timeout))
-	}
+	opts := append(callOptions(&rid, header, flags), tunnel.WithResponseHeader(&respHeader), tunnel.WithTrailer(&trailer))
 	reply := dynamicpb.NewMessage(target.method.Output())
 	callErr := client.Invoke(cmd.Context(), method, req, reply, opts...)
 	if flags.verbose {
@@ -177,6 +171,19 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 	return err
 }
 
+// callOptions are the options of a call and of an enqueue alike: capture
+// the request id into rid, the -H headers, and --timeout when given.
+func callOptions(rid *string, header [][2]string, flags callFlags) []tunnel.CallOption {
+	opts := []tunnel.CallOption{tunnel.CaptureRequestID(rid)}
+	for _, kv := range header {
+		opts = append(opts, tunnel.WithHeader(kv[0], kv[1]))
+	}
+	if flags.timeout > 0 {
+		opts = append(opts, tunnel.WithTimeout(flags.timeout))
+	}
+	return opts
+}
+
 // checkAsyncFlags refuses flags that do not apply to the method.
 func checkAsyncFlags(method *tunnel.MethodDesc, flags callFlags) error {
 	if !method.Async {
@@ -195,14 +202,8 @@ func checkAsyncFlags(method *tunnel.MethodDesc, flags callFlags) error {
 // as JSON: nobody waits for the handler, so there is no response to show.
 func runEnqueue(cmd *cobra.Command, client *tunnel.Client, method *tunnel.MethodDesc, req proto.Message, header [][2]string, flags callFlags, types *dynamicpb.Types) error {
 	var rid string
-	opts := []tunnel.CallOption{tunnel.CaptureRequestID(&rid)}
-	for _, kv := range header {
-		opts = append(opts, tunnel.WithHeader(kv[0], kv[1]))
-	}
-	if flags.timeout > 0 {
-		// The time limit of each attempt of the handler.
-		opts = append(opts, tunnel.WithTimeout(flags.timeout))
-	}
+	// --timeout is the time limit of each attempt of the handler.
+	opts := callOptions(&rid, header, flags)
 	if flags.idempotencyKey != "" {
 		opts = append(opts, tunnel.WithIdempotencyKey(flags.idempotencyKey))
 	}

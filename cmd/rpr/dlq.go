@@ -102,26 +102,9 @@ A poison message, start to finish:
   ... deploy the fix ...
   rpr dlq replay pkg.Svc --all            queue them all again
   rpr dlq drop pkg.Svc --code INVALID_ARGUMENT   give up on the rest`,
-		// Unknown subcommands are errors, not a silent help page.
-		Args:                       cobra.ArbitraryArgs,
-		SuggestionsMinimumDistance: 2,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			hint := "ls, show, replay or drop"
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				hint = "did you mean " + strings.Join(s, " or ") + "?"
-			}
-			return exitError{code: 2, cause: fmt.Errorf("unknown command %q for \"rpr dlq\": %s (rpr dlq --help)", args[0], hint)}
-		},
 	}
-	// Bad flags of every dlq command are bad input: exit status 2.
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return exitError{code: 2, cause: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
-	})
-	cmd.AddCommand(newDlqLsCommand(), newDlqShowCommand(), newDlqReplayCommand(), newDlqDropCommand())
-	return cmd
+	return commandGroup(cmd, "ls, show, replay or drop",
+		newDlqLsCommand(), newDlqShowCommand(), newDlqReplayCommand(), newDlqDropCommand())
 }
 
 // ---- flags ----
@@ -336,11 +319,17 @@ func (t *dlqTarget) redisNow(ctx context.Context) time.Time {
 // unknownServiceHint says, when the service is not known under the prefix,
 // that its name may be wrong; "" otherwise.
 func (t *dlqTarget) unknownServiceHint(ctx context.Context) string {
-	names, err := tunnel.ListServices(ctx, t.rdb, t.prefix)
-	if err != nil || slices.Contains(names, t.service) {
+	return unknownServiceHint(ctx, t.rdb, t.prefix, t.service)
+}
+
+// unknownServiceHint says, when service is not known under prefix, that
+// its name may be wrong; "" otherwise.
+func unknownServiceHint(ctx context.Context, rdb redis.UniversalClient, prefix, service string) string {
+	names, err := tunnel.ListServices(ctx, rdb, prefix)
+	if err != nil || slices.Contains(names, service) {
 		return ""
 	}
-	hint := fmt.Sprintf("no service %s is known under prefix %q (no published schema or worker heartbeats): check the name", t.service, t.prefix)
+	hint := fmt.Sprintf("no service %s is known under prefix %q (no published schema or worker heartbeats): check the name", service, prefix)
 	if len(names) > 0 {
 		hint += "; known: " + strings.Join(names, ", ")
 	}
@@ -403,21 +392,21 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 	}
 	var letters []tunnel.DeadLetter
 	matched := total
-	if total > 0 {
-		if sel.filtered() {
-			// Counting the matches means reading them all.
-			if letters, err = t.queue.List(ctx, filter, 0); err != nil {
-				return err
-			}
-			matched = int64(len(letters))
-			if sel.limit.n > 0 && len(letters) > sel.limit.n {
-				letters = letters[:sel.limit.n]
-			}
-		} else if letters, err = t.queue.List(ctx, filter, sel.limit.n); err != nil {
+	switch {
+	case total == 0:
+	case sel.filtered():
+		// Counting the matches means reading them all.
+		if letters, err = t.queue.List(ctx, filter, 0); err != nil {
 			return err
 		}
-	} else {
-		matched = 0
+		matched = int64(len(letters))
+		if sel.limit.n > 0 && len(letters) > sel.limit.n {
+			letters = letters[:sel.limit.n]
+		}
+	default:
+		if letters, err = t.queue.List(ctx, filter, sel.limit.n); err != nil {
+			return err
+		}
 	}
 	now := t.redisNow(ctx)
 	if asJSON {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -27,4 +29,30 @@ func (f *redisFlags) open(ctx context.Context) (redis.UniversalClient, error) {
 		return nil, exitError{code: 2, cause: err}
 	}
 	return rdb, nil
+}
+
+// commandGroup makes cmd a group of the subcommands subs (dlq, limits,
+// routes, shards): run bare, it prints its help; with an unknown
+// subcommand it fails with exit status 2, suggesting the nearest, else
+// listing verbs; and bad flags of every subcommand are bad input, exit
+// status 2 too.
+func commandGroup(cmd *cobra.Command, verbs string, subs ...*cobra.Command) *cobra.Command {
+	path := "rpr " + cmd.Name()
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		hint := verbs
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = "did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return exitError{code: 2, cause: fmt.Errorf("unknown command %q for %q: %s (%s --help)", args[0], path, hint, path)}
+	}
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return exitError{code: 2, cause: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+	})
+	cmd.AddCommand(subs...)
+	return cmd
 }

@@ -16,7 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/tunnel"
@@ -46,25 +45,9 @@ Algorithms:
   rpr limits set examples.orders.v1.Orders free --tier free --limit 10 --window 1s
   rpr limits set examples.orders.v1.Orders vip-search --method Search --tier vip --limit 1000 --window 1s --algorithm gcra
   rpr limits rm examples.orders.v1.Orders free`,
-		Args:                       cobra.ArbitraryArgs,
-		SuggestionsMinimumDistance: 2,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			hint := "ls, set or rm"
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				hint = "did you mean " + strings.Join(s, " or ") + "?"
-			}
-			return exitError{code: 2, cause: fmt.Errorf("unknown command %q for \"rpr limits\": %s (rpr limits --help)", args[0], hint)}
-		},
 	}
-	// Bad flags of every limits command are bad input: exit status 2.
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return exitError{code: 2, cause: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
-	})
-	cmd.AddCommand(newLimitsLsCommand(), newLimitsSetCommand(), newLimitsRmCommand())
-	return cmd
+	return commandGroup(cmd, "ls, set or rm",
+		newLimitsLsCommand(), newLimitsSetCommand(), newLimitsRmCommand())
 }
 
 // checkLimitsService refuses a SERVICE argument that cannot be a service
@@ -189,12 +172,6 @@ func writeLimitsJSON(out io.Writer, service, key string, rules []tunnel.LimitRul
 		doc.Invalid = append(doc.Invalid, invalidJSON{Name: bad.Name, Value: bad.Raw, Error: bad.Err.Error()})
 	}
 	return writeJSON(out, doc)
-}
-
-// unknownServiceHint says, when service is not known under prefix, that
-// its name may be wrong; "" otherwise.
-func unknownServiceHint(ctx context.Context, rdb redis.UniversalClient, prefix, service string) string {
-	return (&dlqTarget{rdb: rdb, prefix: prefix, service: service}).unknownServiceHint(ctx)
 }
 
 // ---- set ----

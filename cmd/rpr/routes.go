@@ -63,25 +63,9 @@ say what becomes of the requests it still holds (see rpr routes set --help).`,
   rpr routes test examples.greeter.v1.Greeter/SayHello -H x-canary=true
   rpr routes rm examples.greeter.v1.Greeter/*
   rpr routes drain examples.greeter.v1.Greeter v2 --to default`,
-		Args:                       cobra.ArbitraryArgs,
-		SuggestionsMinimumDistance: 2,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			hint := "ls, set, rm, test or drain"
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				hint = "did you mean " + strings.Join(s, " or ") + "?"
-			}
-			return exitError{code: 2, cause: fmt.Errorf("unknown command %q for \"rpr routes\": %s (rpr routes --help)", args[0], hint)}
-		},
 	}
-	// Bad flags of every routes command are bad input: exit status 2.
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return exitError{code: 2, cause: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
-	})
-	cmd.AddCommand(newRoutesLsCommand(), newRoutesSetCommand(), newRoutesRmCommand(), newRoutesTestCommand(), newRoutesDrainCommand())
-	return cmd
+	return commandGroup(cmd, "ls, set, rm, test or drain",
+		newRoutesLsCommand(), newRoutesSetCommand(), newRoutesRmCommand(), newRoutesTestCommand(), newRoutesDrainCommand())
 }
 
 // ---- arguments ----
@@ -274,11 +258,7 @@ func schemaMethods(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 	if err != nil {
 		return nil
 	}
-	var out []string
-	for i := range sd.Methods().Len() {
-		out = append(out, string(sd.Methods().Get(i).Name()))
-	}
-	return out
+	return methodNames(sd)
 }
 
 // methodHint says, when the service published a schema and it has no
@@ -311,6 +291,24 @@ func openRoutes(ctx context.Context, rf redisFlags, service string) (*routesTarg
 		return nil, err
 	}
 	return &routesTarget{rdb: rdb, prefix: rf.prefix, service: service, table: tunnel.NewRouteTable(rdb, rf.prefix, service)}, nil
+}
+
+// openChange opens the routes of service for set or rm and reads what the
+// change starts from: the table and the lanes. On error nothing is left
+// open.
+func openChange(ctx context.Context, rf redisFlags, service string) (t *routesTarget, before []tunnel.Route, lanesBefore []tunnel.LaneStatus, err error) {
+	if t, err = openRoutes(ctx, rf, service); err != nil {
+		return nil, nil, nil, err
+	}
+	if before, _, err = t.list(ctx); err != nil {
+		t.rdb.Close()
+		return nil, nil, nil, err
+	}
+	if lanesBefore, err = tunnel.Lanes(ctx, t.rdb, t.prefix, t.service); err != nil {
+		t.rdb.Close()
+		return nil, nil, nil, exitError{code: 2, cause: err}
+	}
+	return t, before, lanesBefore, nil
 }
 
 // list reads the table; entries that do not decode are returned apart,
@@ -392,6 +390,22 @@ func (t *routesTarget) afterChange(ctx context.Context, out, errOut io.Writer, b
 	}
 	var drained []string
 	var moved int64
+	// drain moves what lane holds into --drain-to, counting it in moved.
+	drain := func(lane string) (tunnel.DrainResult, error) {
+		res, err := tunnel.DrainLane(ctx, t.rdb, t.prefix, t.service, lane, lf.drainTo)
+		if err != nil {
+			return res, exitError{code: 1, cause: fmt.Errorf("the routes changed, but draining lane %s failed: %w; run rpr routes drain %s %s --to %s", lane, err, t.service, lane, lf.drainTo)}
+		}
+		moved += res.Moved
+		return res, nil
+	}
+	// left says what a drain of lane left behind, if anything.
+	left := func(lane string, res tunnel.DrainResult) string {
+		if res.Left == 0 {
+			return ""
+		}
+		return fmt.Sprintf("; %d left (run rpr routes drain %s %s again)", res.Left, t.service, lane)
+	}
 	for _, lane := range routedLanes(before) {
 		if lane == tunnel.DefaultLane || slices.Contains(nowRouted, lane) {
 			continue
@@ -410,17 +424,12 @@ func (t *routesTarget) afterChange(ctx context.Context, out, errOut io.Writer, b
 					lane, old.Queued, plural(int(old.Queued)), lane, t.service, lane)
 			}
 		default:
-			res, err := tunnel.DrainLane(ctx, t.rdb, t.prefix, t.service, lane, lf.drainTo)
+			res, err := drain(lane)
 			if err != nil {
-				return exitError{code: 1, cause: fmt.Errorf("the routes changed, but draining lane %s failed: %w; run rpr routes drain %s %s --to %s", lane, err, t.service, lane, lf.drainTo)}
+				return err
 			}
-			moved += res.Moved
 			if res.Moved > 0 || res.Left > 0 || old.Queued > 0 {
-				fmt.Fprintf(out, "lane %s is no longer routed and has no live server: moved %d queued request%s to lane %s", lane, res.Moved, plural(int(res.Moved)), lf.drainTo)
-				if res.Left > 0 {
-					fmt.Fprintf(out, "; %d left (run rpr routes drain %s %s again)", res.Left, t.service, lane)
-				}
-				fmt.Fprintln(out)
+				fmt.Fprintf(out, "lane %s is no longer routed and has no live server: moved %d queued request%s to lane %s%s\n", lane, res.Moved, plural(int(res.Moved)), lf.drainTo, left(lane, res))
 			}
 			drained = append(drained, lane)
 		}
@@ -435,17 +444,12 @@ func (t *routesTarget) afterChange(ctx context.Context, out, errOut io.Writer, b
 		return exitError{code: 1, cause: fmt.Errorf("the routes changed, but the second drain pass was cut short: %w; run rpr routes drain %s %s", ctx.Err(), t.service, drained[0])}
 	}
 	for _, lane := range drained {
-		res, err := tunnel.DrainLane(ctx, t.rdb, t.prefix, t.service, lane, lf.drainTo)
+		res, err := drain(lane)
 		if err != nil {
-			return exitError{code: 1, cause: fmt.Errorf("the routes changed, but draining lane %s failed: %w; run rpr routes drain %s %s --to %s", lane, err, t.service, lane, lf.drainTo)}
+			return err
 		}
-		moved += res.Moved
 		if res.Moved > 0 || res.Left > 0 {
-			fmt.Fprintf(out, "lane %s: moved %d more request%s that clients sent before applying the change to lane %s", lane, res.Moved, plural(int(res.Moved)), lf.drainTo)
-			if res.Left > 0 {
-				fmt.Fprintf(out, "; %d left (run rpr routes drain %s %s again)", res.Left, t.service, lane)
-			}
-			fmt.Fprintln(out)
+			fmt.Fprintf(out, "lane %s: moved %d more request%s that clients sent before applying the change to lane %s%s\n", lane, res.Moved, plural(int(res.Moved)), lf.drainTo, left(lane, res))
 		}
 	}
 	if st, _ := laneStatus(lanesAfter, lf.drainTo); st.LiveWorkers == 0 && moved > 0 {
@@ -688,19 +692,11 @@ In zsh, quote a PATTERN that ends in /* (or setopt no_nomatch).`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout+routeSettle)
 			defer cancel()
-			t, err := openRoutes(ctx, rf, service)
+			t, before, lanesBefore, err := openChange(ctx, rf, service)
 			if err != nil {
 				return err
 			}
 			defer t.rdb.Close()
-			before, _, err := t.list(ctx)
-			if err != nil {
-				return err
-			}
-			lanesBefore, err := tunnel.Lanes(ctx, t.rdb, t.prefix, t.service)
-			if err != nil {
-				return exitError{code: 2, cause: err}
-			}
 			if err := t.table.Set(ctx, args[0], rules); err != nil {
 				return exitError{code: 2, cause: err}
 			}
@@ -770,19 +766,11 @@ default lane (--drain-to; --no-drain leaves them).`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout+routeSettle)
 			defer cancel()
-			t, err := openRoutes(ctx, rf, service)
+			t, before, lanesBefore, err := openChange(ctx, rf, service)
 			if err != nil {
 				return err
 			}
 			defer t.rdb.Close()
-			before, _, err := t.list(ctx)
-			if err != nil {
-				return err
-			}
-			lanesBefore, err := tunnel.Lanes(ctx, t.rdb, t.prefix, t.service)
-			if err != nil {
-				return exitError{code: 2, cause: err}
-			}
 			removed, err := t.table.Remove(ctx, args[0])
 			if err != nil {
 				return exitError{code: 2, cause: err}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -31,24 +32,9 @@ refuses while a shard that would go still holds requests. See the README's
 "Changing the shard count" for the procedure.`,
 		Example: `  rpr shards get examples.orders.v1.Orders
   rpr shards set examples.orders.v1.Orders 4`,
-		Args:                       cobra.ArbitraryArgs,
-		SuggestionsMinimumDistance: 2,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			hint := "get or set"
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				hint = "did you mean " + strings.Join(s, " or ") + "?"
-			}
-			return exitError{code: 2, cause: fmt.Errorf("unknown command %q for \"rpr shards\": %s (rpr shards --help)", args[0], hint)}
-		},
 	}
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return exitError{code: 2, cause: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
-	})
-	cmd.AddCommand(newShardsGetCommand(), newShardsSetCommand())
-	return cmd
+	return commandGroup(cmd, "get or set",
+		newShardsGetCommand(), newShardsSetCommand())
 }
 
 func newShardsGetCommand() *cobra.Command {
@@ -147,8 +133,8 @@ such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
 			if err := tunnel.SetShardCount(ctx, rdb, rf.prefix, service, n); err != nil {
 				// The library's refusal is the one error that is not
 				// Redis failing: the change is possible later.
-				if msg := err.Error(); strings.Contains(msg, "refusing") {
-					return exitError{code: 1, cause: fmt.Errorf("%s (nothing changed; see the README's \"Changing the shard count\")", strings.TrimPrefix(msg, "rpr: "))}
+				if errors.Is(err, tunnel.ErrShardsHoldRequests) {
+					return exitError{code: 1, cause: fmt.Errorf("%s (nothing changed; see the README's \"Changing the shard count\")", strings.TrimPrefix(err.Error(), "rpr: "))}
 				}
 				return exitError{code: 2, cause: err}
 			}

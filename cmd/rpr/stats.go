@@ -186,6 +186,14 @@ func (f *liveViewFlags) registerLiveView(cmd *cobra.Command, intervalHelp string
 	cmd.Flags().DurationVar(&f.interval, "interval", time.Second, intervalHelp)
 }
 
+// check refuses an --interval that is not positive.
+func (f *liveViewFlags) check() error {
+	if f.interval <= 0 {
+		return fmt.Errorf("--interval must be positive, got %v", f.interval)
+	}
+	return nil
+}
+
 // statsColumnHelp explains the columns, for both commands' --help.
 const statsColumnHelp = `One row per lane of each service: the default lane, the lanes its routes
 name, those its workers serve, and those that still hold requests. A
@@ -220,8 +228,8 @@ heartbeats (as "rpr ls" does).
 		Example: `  rpr stats --redis redis://10.0.0.5:6379/0
   rpr stats --interval 5s examples.greeter.v1.Greeter`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if flags.interval <= 0 {
-				return fmt.Errorf("--interval must be positive, got %v", flags.interval)
+			if err := flags.check(); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			rdb, err := flags.open(ctx)

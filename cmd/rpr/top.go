@@ -66,8 +66,8 @@ Colours: yellow is a warning, red is critical.
 		Example: `  rpr top --redis redis://10.0.0.5:6379/0
   rpr top examples.greeter.v1.Greeter`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if flags.interval <= 0 {
-				return fmt.Errorf("--interval must be positive, got %v", flags.interval)
+			if err := flags.check(); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			rdb, err := flags.open(ctx)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,8 +108,8 @@ func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.Reque
 			deadline = stamp(q.Deadline)
 		}
 		fmt.Fprintf(out, "entry     %s in the request stream: %s, enqueued %s, deadline %s\n", q.ID, q.Method, stamp(q.Enqueued), deadline)
-		for k, v := range q.Header {
-			fmt.Fprintf(out, "  header  %s: %s\n", k, strings.Join(v, ", "))
+		for _, k := range slices.Sorted(maps.Keys(q.Header)) {
+			fmt.Fprintf(out, "  header  %s: %s\n", k, strings.Join(q.Header[k], ", "))
 		}
 	}
 	if a := tr.Answer; a != nil {
