@@ -215,16 +215,16 @@ type routeTable map[string][]RouteRule // pattern -> rules
 // by, and its route's pattern: the first rule that matches, of the exact
 // method's route, then of the service wildcard's. nil: no rule matched,
 // the call goes to the default lane.
-func (t routeTable) resolve(service, method string, header Metadata) (string, *RouteRule) {
+func (t routeTable) resolve(service, method string, header Metadata) (pattern string, index int, rule *RouteRule) {
 	for _, pattern := range [...]string{service + "/" + method, service + "/*"} {
 		rules := t[pattern]
 		for i := range rules {
 			if rules[i].matches(header) {
-				return pattern, &rules[i]
+				return pattern, i, &rules[i]
 			}
 		}
 	}
-	return "", nil
+	return "", -1, nil
 }
 
 // lanes returns every lane the table names, sorted.
@@ -309,7 +309,7 @@ func (r *clientRoutes) lane(service, method string, header Metadata) string {
 	if t == nil || len(*t) == 0 {
 		return DefaultLane
 	}
-	if _, rule := t.resolve(service, method, header); rule != nil {
+	if _, _, rule := t.resolve(service, method, header); rule != nil {
 		return rule.pick(rand.Float64())
 	}
 	return DefaultLane
@@ -418,6 +418,9 @@ type RouteDecision struct {
 	// when none did and the call goes to the default lane.
 	Pattern string
 	Rule    *RouteRule
+	// RuleNumber is Rule's place in its route's list, from 1 (0 when no
+	// rule matched).
+	RuleNumber int
 	// Lanes are the lanes the call may go to, with their chances (0-1).
 	Lanes map[string]float64
 }
@@ -438,8 +441,8 @@ func (t *RouteTable) Test(ctx context.Context, method string, header Metadata) (
 	for k, v := range header {
 		lower[strings.ToLower(k)] = v
 	}
-	pattern, rule := table.resolve(t.service, method, lower)
-	d := RouteDecision{Pattern: pattern, Rule: rule, Lanes: map[string]float64{}}
+	pattern, index, rule := table.resolve(t.service, method, lower)
+	d := RouteDecision{Pattern: pattern, Rule: rule, RuleNumber: index + 1, Lanes: map[string]float64{}}
 	if rule == nil {
 		d.Lanes[DefaultLane] = 1
 		return d, nil

@@ -847,7 +847,7 @@ lanes with no live server, where such a call would fail. Nothing is sent.`,
 			if err != nil {
 				return exitError{code: 2, cause: err}
 			}
-			routes, invalid, err := t.list(ctx)
+			_, invalid, err := t.list(ctx) // for the note on entries clients skip
 			if err != nil {
 				return err
 			}
@@ -860,19 +860,7 @@ lanes with no live server, where such a call would fail. Nothing is sent.`,
 			if d.Rule == nil {
 				fmt.Fprintf(out, "  no rule matches: the default lane\n")
 			} else {
-				n := 0
-				for _, r := range routes {
-					if r.Pattern != d.Pattern {
-						continue
-					}
-					for i, rule := range r.Rules {
-						if rule.String() == d.Rule.String() {
-							n = i + 1
-							break
-						}
-					}
-				}
-				fmt.Fprintf(out, "  matches %s rule %d: %s\n", d.Pattern, n, d.Rule)
+				fmt.Fprintf(out, "  matches %s rule %d: %s\n", d.Pattern, d.RuleNumber, d.Rule)
 			}
 			type share struct {
 				lane string
