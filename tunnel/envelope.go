@@ -1,11 +1,8 @@
 package tunnel
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // envelopeVersion is the wire version this runtime writes and reads. A
@@ -25,7 +22,9 @@ const (
 )
 
 // requestEnvelope is what a client writes to a request stream. Field names
-// are short because every call carries them.
+// are short because every call carries them. The struct tags are the wire
+// format: envelope_codec.go writes and reads it by hand, and its tests
+// check it against msgpack's reflection codec, which reads these tags.
 type requestEnvelope struct {
 	Version int    `msgpack:"v"`
 	ID      string `msgpack:"id"`
@@ -71,6 +70,7 @@ type wireRetryPolicy struct {
 }
 
 // responseEnvelope is what a server writes to a caller's response stream.
+// Like requestEnvelope's, its struct tags are the wire format.
 type responseEnvelope struct {
 	Version int    `msgpack:"v"`
 	ID      string `msgpack:"id"`
@@ -90,25 +90,25 @@ func (e errEnvelopeVersion) Error() string {
 	return fmt.Sprintf("envelope version %d is not supported (this rpr speaks version %d): run the same rpr release on both sides", e.got, envelopeVersion)
 }
 
+// marshalEnvelope encodes a *requestEnvelope or *responseEnvelope with the
+// hand-written codec (envelope_codec.go), so that callers need not care
+// which one they hold.
 func marshalEnvelope(v any) ([]byte, error) {
-	b, err := msgpack.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("rpr: encode envelope: %w", err)
+	switch env := v.(type) {
+	case *requestEnvelope:
+		return encodeRequest(env)
+	case *responseEnvelope:
+		return encodeResponse(env)
+	default:
+		return nil, fmt.Errorf("rpr: encode envelope: %T is not an envelope", v)
 	}
-	return b, nil
 }
 
-// decodeStrict decodes b into v, refusing unknown fields and trailing
-// bytes. An envelope from another rpr version is reported as such, because
-// that message tells the operator what to fix.
-func decodeStrict(b []byte, v any, version func() int) error {
-	r := bytes.NewReader(b)
-	dec := msgpack.NewDecoder(r)
-	dec.DisallowUnknownFields(true)
-	err := dec.Decode(v)
-	if err == nil && r.Len() > 0 {
-		err = fmt.Errorf("%d trailing bytes after the envelope", r.Len())
-	}
+// decodeStrict runs decode, which refuses unknown fields, wrong types and
+// trailing bytes, over b. An envelope from another rpr version is reported
+// as such, because that message tells the operator what to fix.
+func decodeStrict(b []byte, decode func([]byte) error, version func() int) error {
+	err := decode(b)
 	if err != nil || version() != envelopeVersion {
 		if got := peekVersion(b); got > 0 && got != envelopeVersion {
 			return errEnvelopeVersion{got: got}
@@ -123,22 +123,28 @@ func decodeStrict(b []byte, v any, version func() int) error {
 	return nil
 }
 
-// peekVersion reads only the version field, ignoring everything else; it
+// peekVersion reads only the version field, skipping everything else; it
 // returns -1 when even that is unreadable.
 func peekVersion(b []byte) int {
-	var head struct {
-		Version int `msgpack:"v"`
-	}
-	if err := msgpack.Unmarshal(b, &head); err != nil {
+	version := 0
+	err := scanEnvelope(b, func(r *envelopeReader, key []byte) (err error) {
+		if string(key) == "v" {
+			version, err = decodeInt[int](r)
+			return err
+		}
+		return r.skip()
+	})
+	if err != nil {
 		return -1
 	}
-	return head.Version
+	return version
 }
 
 // decodeRequest decodes and validates a request envelope.
 func decodeRequest(b []byte) (*requestEnvelope, error) {
 	env := new(requestEnvelope)
-	if err := decodeStrict(b, env, func() int { return env.Version }); err != nil {
+	decode := func(b []byte) error { return decodeRequestFields(b, env) }
+	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return nil, err
 	}
 	switch {
@@ -173,7 +179,8 @@ func decodeRequest(b []byte) (*requestEnvelope, error) {
 // decodeResponse decodes and validates a response envelope.
 func decodeResponse(b []byte) (*responseEnvelope, error) {
 	env := new(responseEnvelope)
-	if err := decodeStrict(b, env, func() int { return env.Version }); err != nil {
+	decode := func(b []byte) error { return decodeResponseFields(b, env) }
+	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return nil, err
 	}
 	if env.ID == "" {
@@ -186,12 +193,19 @@ func decodeResponse(b []byte) (*responseEnvelope, error) {
 // failed strict decoding, so the caller can still be told why. Both are
 // empty when they cannot be read.
 func peekReplyAddress(b []byte) (id, replyTo string) {
-	var head struct {
-		ID      string `msgpack:"id"`
-		ReplyTo string `msgpack:"r"`
-	}
-	if err := msgpack.Unmarshal(b, &head); err != nil {
+	err := scanEnvelope(b, func(r *envelopeReader, key []byte) (err error) {
+		switch string(key) {
+		case "id":
+			id, err = r.string()
+		case "r":
+			replyTo, err = r.string()
+		default:
+			err = r.skip()
+		}
+		return err
+	})
+	if err != nil {
 		return "", ""
 	}
-	return head.ID, head.ReplyTo
+	return id, replyTo
 }

@@ -66,14 +66,46 @@ func TestRequestEnvelopeStrictDecoding(t *testing.T) {
 	}
 }
 
+// FuzzDecodeRequest checks that no input panics the request decoder, that
+// it accepts nothing decodeRequest should refuse, and that it agrees with
+// the reflection decoder it replaced (checkAgainstReference).
 func FuzzDecodeRequest(f *testing.F) {
 	good, _ := marshalEnvelope(validRequest())
 	f.Add(good)
 	f.Add([]byte{0x80})
+	f.Add([]byte{0xc0})
+	for _, env := range sampleRequests() {
+		b, _ := marshalEnvelope(env)
+		if len(b) < 4<<10 {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, err := decodeRequest(b) // must never panic
-		if err == nil && (env.ID == "" || env.ReplyTo == "") {
-			t.Fatalf("accepted an envelope without id or reply-to: %+v", env)
+		if err == nil && (env.ID == "" || env.Method == "" || (env.Kind == kindUnary) == (env.ReplyTo == "")) {
+			t.Fatalf("accepted an envelope without id, method, or a reply-to stream that fits its kind: %+v", env)
 		}
+		checkAgainstReference(t, b, decodeRequestFields)
+		checkPeeksAgainstReference(t, b)
+	})
+}
+
+// FuzzDecodeResponse is FuzzDecodeRequest for responses.
+func FuzzDecodeResponse(f *testing.F) {
+	f.Add([]byte{0x80})
+	f.Add([]byte{0xc0})
+	for _, env := range sampleResponses() {
+		b, _ := marshalEnvelope(env)
+		if len(b) < 4<<10 {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		env, err := decodeResponse(b) // must never panic
+		if err == nil && env.ID == "" {
+			t.Fatalf("accepted a response without a request id: %+v", env)
+		}
+		checkAgainstReference(t, b, decodeResponseFields)
+		checkPeeksAgainstReference(t, b)
 	})
 }

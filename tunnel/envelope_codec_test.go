@@ -1,0 +1,634 @@
+package tunnel
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The reflection codec the hand-written one replaced is the reference: the
+// struct tags still describe the wire format, so msgpack.Marshal and a
+// strict msgpack.Decoder are what envelopes already in Redis were written
+// with and what older readers decode with.
+
+// referenceEncode is the reflection encoder marshalEnvelope used to be.
+func referenceEncode(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// referenceDecode is the decoding half of the reflection decodeStrict: a
+// strict decoder that refuses unknown fields and trailing bytes.
+func referenceDecode(b []byte, v any) error {
+	r := bytes.NewReader(b)
+	dec := msgpack.NewDecoder(r)
+	dec.DisallowUnknownFields(true)
+	err := dec.Decode(v)
+	if err == nil && r.Len() > 0 {
+		err = fmt.Errorf("%d trailing bytes after the envelope", r.Len())
+	}
+	return err
+}
+
+// referenceDecodeStrict is decodeStrict over the reflection decoder, for
+// the benchmark's baseline.
+func referenceDecodeStrict(b []byte, v any, version func() int) error {
+	return decodeStrict(b, func(b []byte) error { return referenceDecode(b, v) }, version)
+}
+
+// big is a value past 64 KiB, so that str32 and bin32 are written and read.
+var big = strings.Repeat("0123456789abcdef", 70<<10/16)
+
+// sampleRequests covers every field and each form a value can take on the
+// wire: absent, nil, empty, small, and large.
+func sampleRequests() map[string]*requestEnvelope {
+	unary := validRequest()
+	return map[string]*requestEnvelope{
+		"unary": unary,
+		"async with everything": {
+			Version: envelopeVersion, ID: "20261129-TEST-1795995318695-AAAAAAAAAB", Method: "s.S/M",
+			Header:   Metadata{"multi": {"a", "b", "c"}, "nil": nil, "empty": {}, "one": {"x"}},
+			Enqueued: 1795995318695, Attempt: 3, Kind: kindAsync, Payload: []byte("payload"),
+			Key: "order-42", Timeout: 30000, Replays: 2,
+			Retry: &wireRetryPolicy{MaxAttempts: 5, InitialBackoff: 100, MaxBackoff: 60000, Multiplier: 1.5,
+				RetryableCodes: []Code{Unavailable, ResourceExhausted, Code(math.MaxUint32)}},
+		},
+		"empty retry policy": {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindAsync,
+			Retry: &wireRetryPolicy{}},
+		"retry policy with empty codes": {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindAsync,
+			Retry: &wireRetryPolicy{MaxAttempts: 2, RetryableCodes: []Code{}}},
+		"nil header and payload":   {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindUnary},
+		"empty header and payload": {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindUnary, Header: Metadata{}, Payload: []byte{}},
+		"large": {
+			Version: envelopeVersion, ID: big[:40], Method: big[:300], Deadline: math.MaxInt64, ReplyTo: big[:70000],
+			Header:   Metadata{"big": {big, big[:31], big[:32], big[:255], big[:256], big[:65535], big[:65536]}},
+			Enqueued: math.MinInt64, Attempt: math.MaxInt32 + 1, Kind: math.MaxUint8, Payload: []byte(big),
+			Key: big[:33], Timeout: -1, Replays: -200,
+			Retry: &wireRetryPolicy{MaxAttempts: -1, InitialBackoff: math.MinInt64, MaxBackoff: math.MaxInt64,
+				Multiplier: math.Inf(1)},
+		},
+		"zero": {},
+	}
+}
+
+// sampleResponses is sampleRequests for responses.
+func sampleResponses() map[string]*responseEnvelope {
+	return map[string]*responseEnvelope{
+		"ok":          {Version: envelopeVersion, ID: "20261129-TEST-1795995318695-AAAAAAAAAA", Payload: []byte{1, 2, 3}},
+		"ok no reply": {Version: envelopeVersion, ID: "id"},
+		"error with everything": {
+			Version: envelopeVersion, ID: "id", Code: FailedPrecondition, Message: "the order is closed",
+			Details: [][]byte{[]byte("detail one"), nil, {}, []byte(big)},
+			Header:  Metadata{"h": {"1", "2"}, "nil": nil}, Trailer: Metadata{"t": {}, "u": {"v"}},
+			Payload: []byte{0},
+		},
+		"empty collections": {Version: envelopeVersion, ID: "id", Code: Internal,
+			Details: [][]byte{}, Header: Metadata{}, Trailer: Metadata{}, Payload: []byte{}},
+		"large": {Version: envelopeVersion, ID: big[:70000], Code: Code(math.MaxUint32), Message: big,
+			Trailer: Metadata{big[:300]: {big}}, Payload: []byte(big)},
+		"zero": {},
+	}
+}
+
+// TestEnvelopeCodecCompatibility checks that the codec and the reflection
+// codec understand each other both ways: old envelopes (already queued or
+// dead-lettered) decode with the new decoder exactly as with the old one,
+// and old decoders read what the new encoder writes.
+func TestEnvelopeCodecCompatibility(t *testing.T) {
+	for name, in := range sampleRequests() {
+		t.Run("request/"+name, func(t *testing.T) {
+			checkCompatibility(t, in, encodeRequest, decodeRequestFields)
+		})
+	}
+	for name, in := range sampleResponses() {
+		t.Run("response/"+name, func(t *testing.T) {
+			checkCompatibility(t, in, encodeResponse, decodeResponseFields)
+		})
+	}
+}
+
+// checkCompatibility encodes in with each encoder and decodes each result
+// with each decoder; all four must agree with the reflection round trip.
+func checkCompatibility[T any](t *testing.T, in *T, encode func(*T) ([]byte, error), decode func([]byte, *T) error) {
+	t.Helper()
+	oldBytes := referenceEncode(t, in)
+	newBytes, err := encode(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := new(T)
+	if err := referenceDecode(oldBytes, want); err != nil {
+		t.Fatalf("reflection round trip: %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		b      []byte
+		decode func([]byte, *T) error
+	}{
+		{"old encoder, new decoder", oldBytes, decode},
+		{"new encoder, old decoder", newBytes, func(b []byte, v *T) error { return referenceDecode(b, v) }},
+		{"new encoder, new decoder", newBytes, decode},
+	} {
+		got := new(T)
+		if err := c.decode(c.b, got); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, abbreviate(got), abbreviate(want))
+		}
+	}
+}
+
+// abbreviate prints v with long runs cut, for failure messages.
+func abbreviate(v any) string {
+	s := fmt.Sprintf("%+v", v)
+	if len(s) > 600 {
+		s = s[:600] + "…"
+	}
+	return s
+}
+
+// TestEnvelopeCodecWritesReflectionBytes checks that the encoder writes
+// byte for byte what msgpack.Marshal writes, for every combination of the
+// omitempty fields (so the map lengths are right) and every sample whose
+// maps have at most one key (Go randomizes the order of more).
+func TestEnvelopeCodecWritesReflectionBytes(t *testing.T) {
+	same := func(t *testing.T, what string, v any) {
+		t.Helper()
+		got, err := marshalEnvelope(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := referenceEncode(t, v); !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %x\nwant %x", what, got, want)
+		}
+	}
+	for name, in := range sampleRequests() {
+		if len(in.Header) <= 1 {
+			same(t, "request "+name, in)
+		}
+	}
+	for name, in := range sampleResponses() {
+		if len(in.Header) <= 1 && len(in.Trailer) <= 1 {
+			same(t, "response "+name, in)
+		}
+	}
+	for mask := range 1 << 7 {
+		on := func(bit int) bool { return mask&(1<<bit) != 0 }
+		env := &requestEnvelope{Version: envelopeVersion, ID: "id", Method: "s.S/M", Enqueued: 7, Attempt: 1, Kind: kindUnary}
+		if on(0) {
+			env.Deadline = 1795995319695
+		}
+		if on(1) {
+			env.Header = Metadata{"k": {"v"}}
+		}
+		if on(2) {
+			env.ReplyTo = "reply"
+		}
+		if on(3) {
+			env.Key = "key"
+		}
+		if on(4) {
+			env.Retry = &wireRetryPolicy{MaxAttempts: mask % 3, InitialBackoff: int64(mask % 5), MaxBackoff: int64(mask % 2),
+				Multiplier: float64(mask % 4), RetryableCodes: []Code{Code(mask % 17)}[:mask%2]}
+		}
+		if on(5) {
+			env.Timeout = 1000
+		}
+		if on(6) {
+			env.Replays = 1
+		}
+		same(t, fmt.Sprintf("request with omitempty fields %07b", mask), env)
+	}
+	for mask := range 1 << 5 {
+		on := func(bit int) bool { return mask&(1<<bit) != 0 }
+		env := &responseEnvelope{Version: envelopeVersion, ID: "id", Code: Code(mask)}
+		if on(0) {
+			env.Message = "msg"
+		}
+		if on(1) {
+			env.Details = [][]byte{[]byte("d")}
+		}
+		if on(2) {
+			env.Header = Metadata{"h": {"v"}}
+		}
+		if on(3) {
+			env.Trailer = Metadata{"t": nil}
+		}
+		if on(4) {
+			env.Payload = []byte("p")
+		}
+		same(t, fmt.Sprintf("response with omitempty fields %05b", mask), env)
+	}
+	for mask := range 1 << 5 {
+		on := func(bit int) bool { return mask&(1<<bit) != 0 }
+		p := new(wireRetryPolicy)
+		if on(0) {
+			p.MaxAttempts = 3
+		}
+		if on(1) {
+			p.InitialBackoff = 10
+		}
+		if on(2) {
+			p.MaxBackoff = 1000
+		}
+		if on(3) {
+			p.Multiplier = 2
+		}
+		if on(4) {
+			p.RetryableCodes = []Code{Unavailable}
+		}
+		env := &requestEnvelope{Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindAsync, Retry: p}
+		same(t, fmt.Sprintf("retry policy with fields %05b", mask), env)
+	}
+}
+
+// TestEnvelopeCodecRoundTrip checks that every field of a valid envelope
+// survives encodeRequest/decodeRequest and encodeResponse/decodeResponse
+// as it was, nil and empty values included.
+func TestEnvelopeCodecRoundTrip(t *testing.T) {
+	async := sampleRequests()["async with everything"]
+	for name, in := range map[string]*requestEnvelope{"unary": validRequest(), "async": async} {
+		b, err := encodeRequest(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := decodeRequest(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(out, in) {
+			t.Errorf("%s:\n got %+v\nwant %+v", name, out, in)
+		}
+	}
+	if got := async.Header["nil"]; got != nil {
+		t.Errorf("a nil header value came back as %#v", got)
+	}
+	if got := async.Header["empty"]; got == nil || len(got) != 0 {
+		t.Errorf("an empty header value came back as %#v", got)
+	}
+
+	in := sampleResponses()["error with everything"]
+	b, err := encodeResponse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := decodeResponse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out, in) {
+		t.Errorf("response:\n got %s\nwant %s", abbreviate(out), abbreviate(in))
+	}
+	if out.Details[1] != nil || out.Details[2] == nil {
+		t.Errorf("details lost nil versus empty: %#v", out.Details[:3])
+	}
+
+	// Empty omitempty fields are left out, so they come back nil, as with
+	// the reflection codec.
+	b, err = encodeResponse(sampleResponses()["empty collections"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err = decodeResponse(b); err != nil {
+		t.Fatal(err)
+	}
+	if out.Details != nil || out.Header != nil || out.Trailer != nil || out.Payload != nil {
+		t.Errorf("empty fields came back non-nil: %+v", out)
+	}
+}
+
+// rawMap builds an envelope from fields, in the order given, for the
+// strictness tests; values are written by msgpack.Marshal.
+func rawMap(t *testing.T, kv ...any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	if err := enc.EncodeMapLen(len(kv) / 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range kv {
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// validRequestFields is validRequest as key-value pairs for rawMap.
+func validRequestFields(extra ...any) []any {
+	kv := []any{"v", 1, "id", "id", "m", "s.S/M", "dl", 10, "r", "reply", "t", 5, "a", 1, "k", 1, "p", []byte{1}}
+	return append(kv, extra...)
+}
+
+// TestEnvelopeCodecStrictness checks what the decoder refuses, and that
+// each error says where the problem is.
+func TestEnvelopeCodecStrictness(t *testing.T) {
+	good := rawMap(t, validRequestFields()...)
+	if _, err := decodeRequest(good); err != nil {
+		t.Fatalf("the valid base envelope: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		raw  []byte
+		want []string
+	}{
+		"unknown field":           {rawMap(t, validRequestFields("zz", 1)...), []string{"malformed envelope", `unknown field "zz"`}},
+		"long unknown field":      {rawMap(t, validRequestFields("a-rather-long-field-name", 1)...), []string{`unknown field "a-rather-long-field-name"`}},
+		"nil field name":          {rawMap(t, validRequestFields(nil, 1)...), []string{`unknown field ""`}},
+		"unknown retry field":     {rawMap(t, validRequestFields("rp", map[string]any{"zz": 1})...), []string{`field "rp": unknown field "zz"`}},
+		"response field":          {rawMap(t, validRequestFields("msg", "hello")...), []string{`unknown field "msg"`}},
+		"trailing bytes":          {append(good, 0xc0), []string{"malformed envelope: 1 trailing bytes"}},
+		"string for an int":       {rawMap(t, validRequestFields("dl", "soon")...), []string{`field "dl"`, "decoding int64"}},
+		"int for a string":        {rawMap(t, validRequestFields("id", 42)...), []string{`field "id"`}},
+		"array for bytes":         {rawMap(t, validRequestFields("p", []int{1})...), []string{`field "p"`}},
+		"string for header":       {rawMap(t, validRequestFields("h", "k=v")...), []string{`field "h"`}},
+		"int in header values":    {rawMap(t, validRequestFields("h", map[string]any{"k": []any{1}})...), []string{`field "h": "k": element 0`}},
+		"string for retry policy": {rawMap(t, validRequestFields("rp", "fast")...), []string{`field "rp"`, "not a msgpack map"}},
+		"string for a code":       {rawMap(t, validRequestFields("rp", map[string]any{"c": []any{"x"}})...), []string{`field "rp": field "c": element 0`}},
+		"float for an int":        {rawMap(t, validRequestFields("a", 1.0)...), []string{`field "a"`}},
+		"kind out of range":       {rawMap(t, validRequestFields("k", 257)...), []string{`field "k"`, "out of range"}},
+		"negative kind":           {rawMap(t, validRequestFields("k", -1)...), []string{`field "k"`, "out of range"}},
+		"array envelope":          {[]byte{0x91, 0x01}, []string{"malformed envelope", "not a msgpack map"}},
+		"nil envelope":            {[]byte{0xc0}, []string{"malformed envelope: no version"}},
+		"empty input":             {nil, []string{"malformed envelope", "EOF"}},
+		"truncated":               {good[:len(good)-1], []string{"malformed envelope", `field "p"`}},
+		"huge map":                {[]byte{0xdf, 0xff, 0xff, 0xff, 0xff}, []string{"exceeds the bytes left"}},
+		"huge payload":            {[]byte{0x82, 0xa1, 'v', 0x01, 0xa1, 'p', 0xc6, 0xff, 0xff, 0xff, 0xff}, []string{`field "p"`, "exceeds the bytes left"}},
+		"no version":              {rawMap(t, "id", "id"), []string{"malformed envelope: no version"}},
+		"newer version":           {rawMap(t, validRequestFields("v", 7)...), []string{"version 7 is not supported"}},
+		"newer, with new fields":  {rawMap(t, validRequestFields("v", 7, "zz", 1)...), []string{"version 7 is not supported"}},
+		"newer, with a new type":  {rawMap(t, validRequestFields("v", 7, "id", 42)...), []string{"version 7 is not supported"}},
+		"newer, truncated":        {[]byte{0x82, 0xa1, 'v', 0x07, 0xa2, 'i', 'd', 0xa3, 'x'}, []string{"malformed envelope", `field "id"`}}, // the version is unreadable too
+	} {
+		_, err := decodeRequest(tc.raw)
+		if err == nil {
+			t.Errorf("%s: decoded", name)
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: err = %v, want it to mention %q", name, err, want)
+			}
+		}
+	}
+
+	var verr errEnvelopeVersion
+	if _, err := decodeRequest(rawMap(t, validRequestFields("v", 2, "zz", 1)...)); !errors.As(err, &verr) || verr.got != 2 {
+		t.Errorf("version 2: err = %v, want errEnvelopeVersion{2}", err)
+	}
+	if _, err := decodeResponse(rawMap(t, "v", 2, "id", "id", "c", "not a code")); !errors.As(err, &verr) || verr.got != 2 {
+		t.Errorf("response version 2: err = %v, want errEnvelopeVersion{2}", err)
+	}
+	for name, tc := range map[string]struct {
+		raw  []byte
+		want string
+	}{
+		"unknown field":    {rawMap(t, "v", 1, "id", "id", "m", "s.S/M"), `unknown field "m"`},
+		"string for code":  {rawMap(t, "v", 1, "id", "id", "c", "NOT_FOUND"), `field "c"`},
+		"code too big":     {rawMap(t, "v", 1, "id", "id", "c", int64(math.MaxUint32)+1), "out of range"},
+		"bytes detail":     {rawMap(t, "v", 1, "id", "id", "x", []byte("d")), `field "x"`},
+		"trailing bytes":   {append(rawMap(t, "v", 1, "id", "id"), 0x00), "1 trailing bytes"},
+		"no id":            {rawMap(t, "v", 1), "no request id"},
+		"no version":       {rawMap(t, "id", "id"), "no version"},
+		"int trailer keys": {rawMap(t, "v", 1, "id", "id", "tr", map[int]any{1: []string{"v"}}), `field "tr": key`},
+	} {
+		_, err := decodeResponse(tc.raw)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("response %s: err = %v, want it to mention %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestEnvelopeCodecLeniency checks that the decoder still takes what the
+// reflection decoder took from other writers: any integer width, nil for
+// a zero value, bin for a string and str for bytes, and repeated keys
+// (the last wins; header maps merge).
+func TestEnvelopeCodecLeniency(t *testing.T) {
+	for name, raw := range map[string][]byte{
+		"wide ints": rawMap(t, "v", uint64(1), "id", "id", "m", "s.S/M", "dl", int8(10), "r", "reply",
+			"t", uint16(5), "a", int32(1), "k", int64(1), "p", nil),
+		"nil values":       rawMap(t, validRequestFields("ik", nil, "to", nil, "rp", nil, "h", nil)...),
+		"bin for a string": rawMap(t, validRequestFields("m", []byte("s.S/M"), []byte("ik"), []byte("key"))...),
+		"str for bytes":    rawMap(t, validRequestFields("p", "payload")...),
+		"repeated keys": rawMap(t, validRequestFields("h", map[string][]string{"a": {"1"}}, "h", map[string][]string{"b": {"2"}},
+			"rp", map[string]any{"n": 2}, "rp", map[string]any{"m": 1.5}, "a", 2)...),
+		"ext before header map": rawMap(t, validRequestFields("h", msgpack.RawMessage{0xd4, 0x01, 0x81, 0xa1, 'k', 0x90})...),
+		"float32 multiplier":    rawMap(t, validRequestFields("rp", map[string]any{"m": float32(1.5)})...),
+		"int multiplier":        rawMap(t, validRequestFields("rp", map[string]any{"m": 2})...),
+	} {
+		want, got := new(requestEnvelope), new(requestEnvelope)
+		if err := referenceDecode(raw, want); err != nil {
+			t.Fatalf("%s: the reflection decoder refuses the input: %v", name, err)
+		}
+		if err := decodeRequestFields(raw, got); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", name, got, want)
+		}
+	}
+}
+
+// checkAgainstReference decodes b with the codec and with the reflection
+// decoder and fails unless both refuse it or both decode it to the same
+// value. The codec refuses a few inputs the reflection decoder took on
+// purpose (see errNotMap and errOutOfRange), and input it finds truncated
+// is not given to the reflection decoder, which may try to allocate the
+// gigabytes that a length claims before it finds out.
+func checkAgainstReference[T any](t *testing.T, b []byte, decode func([]byte, *T) error) {
+	got, want := new(T), new(T)
+	err := decode(b, got)
+	if errors.Is(err, errNotMap) || errors.Is(err, errOutOfRange) || errors.Is(err, errTruncated) {
+		return
+	}
+	refErr := referenceDecode(b, want)
+	switch {
+	case err == nil && refErr != nil:
+		t.Fatalf("the codec decodes %x, which the reflection decoder refuses: %v", b, refErr)
+	case err != nil && refErr == nil:
+		t.Fatalf("the codec refuses %x, which the reflection decoder decodes: %v", b, err)
+	case err == nil && !reflect.DeepEqual(withoutNaN(got), withoutNaN(want)):
+		t.Fatalf("%x decodes differently:\n codec      %+v\n reflection %+v", b, got, want)
+	}
+}
+
+// checkPeeksAgainstReference checks that peekVersion and peekReplyAddress
+// read b as msgpack.Unmarshal did when they used it (with a decoder of its
+// own here, since the library's pooled ones keep what a bad length made
+// them allocate). They may refuse what it took in two ways, on purpose:
+// an envelope that is not a map, and values nested deeper than any
+// envelope nests.
+func checkPeeksAgainstReference(t *testing.T, b []byte) {
+	var head struct {
+		Version int `msgpack:"v"`
+	}
+	var addr struct {
+		ID      string `msgpack:"id"`
+		ReplyTo string `msgpack:"r"`
+	}
+	version, id, replyTo := -1, "", ""
+	if msgpack.NewDecoder(bytes.NewReader(b)).Decode(&head) == nil {
+		version = head.Version
+	}
+	if msgpack.NewDecoder(bytes.NewReader(b)).Decode(&addr) == nil {
+		id, replyTo = addr.ID, addr.ReplyTo
+	}
+	gotVersion := peekVersion(b)
+	gotID, gotReplyTo := peekReplyAddress(b)
+	if gotVersion == version && gotID == id && gotReplyTo == replyTo {
+		return
+	}
+	err := scanEnvelope(b, func(r *envelopeReader, _ []byte) error { return r.skip() })
+	if errors.Is(err, errNotMap) || errors.Is(err, errTooDeep) {
+		return
+	}
+	t.Fatalf("%x: peeks read version %d, id %q, reply-to %q; msgpack.Unmarshal read %d, %q, %q (scan: %v)",
+		b, gotVersion, gotID, gotReplyTo, version, id, replyTo, err)
+}
+
+// withoutNaN replaces a NaN multiplier, which reflect.DeepEqual finds
+// unequal to itself, by a stand-in; it returns v.
+func withoutNaN[T any](v *T) *T {
+	if env, ok := any(v).(*requestEnvelope); ok && env.Retry != nil && math.IsNaN(env.Retry.Multiplier) {
+		env.Retry.Multiplier = -42
+	}
+	return v
+}
+
+func BenchmarkEnvelope(b *testing.B) {
+	payload := bytes.Repeat([]byte{0xab}, 128)
+	req := validRequest()
+	req.Payload = payload
+	req.Header = Metadata{"traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+	resp := &responseEnvelope{Version: envelopeVersion, ID: req.ID, Payload: payload}
+	reqRaw, respRaw := referenceEncode(b, req), referenceEncode(b, resp)
+
+	b.Run("request/encode/reflection", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := msgpack.Marshal(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("request/encode/codec", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := marshalEnvelope(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("request/decode/reflection", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			env := new(requestEnvelope)
+			if err := referenceDecodeStrict(reqRaw, env, func() int { return env.Version }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("request/decode/codec", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeRequest(reqRaw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("response/encode/reflection", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := msgpack.Marshal(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("response/encode/codec", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := marshalEnvelope(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("response/decode/reflection", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			env := new(responseEnvelope)
+			if err := referenceDecodeStrict(respRaw, env, func() int { return env.Version }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("response/decode/codec", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeResponse(respRaw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestEnvelopePeeks checks peekVersion and peekReplyAddress, which read
+// envelopes that failed strict decoding: they skip whatever else is there,
+// and a length the input cannot hold costs them no allocation.
+func TestEnvelopePeeks(t *testing.T) {
+	nested := []byte{0xd6, 0x05, 1, 2, 3, 4} // an extension value
+	for range 3 {
+		nested = append([]byte{0x81, 0xa1, 'k', 0x91}, nested...) // {"k": [nested]}
+	}
+	withExtras := rawMap(t, "zz", msgpack.RawMessage(nested), "id", "the-id", "v", 7, "r", "reply", "yy", []any{nil, true, 1.5, int64(-1 << 40), "s", []byte("b")})
+	if got := peekVersion(withExtras); got != 7 {
+		t.Errorf("peekVersion = %d, want 7", got)
+	}
+	if id, replyTo := peekReplyAddress(withExtras); id != "the-id" || replyTo != "reply" {
+		t.Errorf("peekReplyAddress = %q, %q", id, replyTo)
+	}
+	if got := peekVersion(append(withExtras, 0xc1, 0xc1)); got != 7 {
+		t.Errorf("peekVersion with trailing bytes = %d, want 7 (trailing bytes are ignored)", got)
+	}
+
+	huge := []byte{0x82, 0xa1, 'v', 0x07, 0xa2, 'z', 'z', 0xc6, 0xff, 0xff, 0xff, 0xff}
+	if got := peekVersion(huge); got != -1 {
+		t.Errorf("peekVersion with a 4 GiB field = %d, want -1", got)
+	}
+	// msgpack.Unmarshal allocated a MiB or more for it each time, and kept
+	// what it allocated in its pool of decoders.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		peekVersion(huge)
+	}
+	runtime.ReadMemStats(&after)
+	if perCall := (after.TotalAlloc - before.TotalAlloc) / 100; perCall > 64<<10 {
+		t.Errorf("peekVersion allocated %d bytes for a length the input cannot hold", perCall)
+	}
+
+	deep := []byte{0x01}
+	for range maxSkipDepth + 1 {
+		deep = append([]byte{0x91}, deep...)
+	}
+	if got := peekVersion(rawMap(t, "v", 7, "zz", msgpack.RawMessage(deep))); got != -1 {
+		t.Errorf("peekVersion past an overly nested value = %d, want -1", got)
+	}
+	for name, b := range map[string][]byte{"empty": nil, "garbage": []byte("\xff\x00 nope"), "int id": rawMap(t, "id", 1, "r", "x")} {
+		if id, replyTo := peekReplyAddress(b); id != "" || replyTo != "" {
+			t.Errorf("peekReplyAddress(%s) = %q, %q; want nothing", name, id, replyTo)
+		}
+	}
+}
