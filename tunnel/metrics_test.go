@@ -18,13 +18,19 @@ func TestServerExposesPrometheusMetrics(t *testing.T) {
 	if _, err := e.call(context.Background(), "Fail", "x"); tunnel.CodeOf(err) != tunnel.NotFound {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + e.server.MetricsAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	text := string(body)
+	// The server records a call once its answer is written, which can be
+	// just after the caller has it.
+	var text string
+	waitFor(t, "the failed call in /metrics", func() bool {
+		resp, err := http.Get("http://" + e.server.MetricsAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		text = string(body)
+		return strings.Contains(text, `rpc_rpr_status_code="5"`)
+	})
 	for _, want := range []string{
 		`rpr_server_call_duration_seconds_count{`,
 		`rpc_method="Fail"`,
@@ -63,24 +69,39 @@ func TestClientRecordsCallDurationByCode(t *testing.T) {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	found := false
+	found, inFlight, inFlightFound := false, int64(0), false
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			h, ok := m.Data.(metricdata.Histogram[float64])
-			if m.Name != "rpr.client.call.duration" || !ok {
-				continue
-			}
-			for _, dp := range h.DataPoints {
-				code, _ := dp.Attributes.Value("rpc.rpr.status_code")
-				method, _ := dp.Attributes.Value("rpc.method")
-				if code.AsInt64() == int64(tunnel.NotFound) && method.AsString() == "Fail" && dp.Count == 1 {
-					found = true
+			switch data := m.Data.(type) {
+			case metricdata.Histogram[float64]:
+				if m.Name != "rpr.client.call.duration" {
+					continue
+				}
+				for _, dp := range data.DataPoints {
+					code, _ := dp.Attributes.Value("rpc.rpr.status_code")
+					method, _ := dp.Attributes.Value("rpc.method")
+					if code.AsInt64() == int64(tunnel.NotFound) && method.AsString() == "Fail" && dp.Count == 1 {
+						found = true
+					}
+				}
+			case metricdata.Sum[int64]:
+				if m.Name != "rpr.client.calls.in_flight" {
+					continue
+				}
+				for _, dp := range data.DataPoints {
+					if method, _ := dp.Attributes.Value("rpc.method"); method.AsString() == "Fail" {
+						inFlight, inFlightFound = dp.Value, true
+					}
 				}
 			}
 		}
 	}
 	if !found {
 		t.Fatalf("no rpr.client.call.duration point for Fail with NOT_FOUND: %+v", rm)
+	}
+	// The call was counted in flight and then out again.
+	if !inFlightFound || inFlight != 0 {
+		t.Fatalf("rpr.client.calls.in_flight for Fail = %d (found: %v), want 0: %+v", inFlight, inFlightFound, rm)
 	}
 }
 
