@@ -7,9 +7,11 @@ import (
 	"net/rpc"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/internal/redistest"
 )
 
@@ -47,6 +49,15 @@ func BenchmarkBaselineRedisPing(b *testing.B) {
 	runConcurrent(b, func() error { return rdb.Ping(context.Background()).Err() }, nil, nil)
 }
 
+// processCPU returns the CPU time (user+system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // EchoRPC is the net/rpc echo service of BenchmarkBaselineDirectTCP.
 type EchoRPC struct{}
 
@@ -57,12 +68,14 @@ func (EchoRPC) Echo(in string, out *string) error {
 }
 
 // runConcurrent runs call b.N times at concurrency 1, 16 and 128 and reports
-// calls/s and p50/p99 latency. When commands is set, it also reports
-// redis-ops/call: everything Redis executed, commands inside Lua scripts
-// included (commands returns a running total, its own INFO left out). When
-// sent is set, it reports what the code under test sent per call: cmds/call
-// (a script call counts once) and roundtrips/call (a pipeline counts once).
-func runConcurrent(b *testing.B, call func() error, commands func() int64, sent *commandCounter) {
+// calls/s, p50/p99 latency and this process's CPU per call (user+system,
+// getrusage; client and server when both run here). When redis is set, it
+// also reports redis-ops/call, everything Redis executed (commands inside
+// Lua scripts included, its own INFO left out), and Redis's CPU per call.
+// When sent is set, it reports what the code under test sent per call:
+// cmds/call (a script call counts once) and roundtrips/call (a pipeline
+// counts once).
+func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sample, sent *commandCounter) {
 	for _, concurrency := range []int{1, 16, 128} {
 		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
 			latencies := make([]time.Duration, b.N)
@@ -71,10 +84,12 @@ func runConcurrent(b *testing.B, call func() error, commands func() int64, sent 
 				next <- i
 			}
 			close(next)
-			var before, sentBefore, tripsBefore int64
-			if commands != nil {
-				before = commands()
+			var before redisinfo.Sample
+			var sentBefore, tripsBefore int64
+			if redis != nil {
+				before = redis()
 			}
+			cpuBefore := processCPU(b)
 			if sent != nil {
 				sentBefore, tripsBefore = sent.commands.Load(), sent.roundTrips.Load()
 			}
@@ -97,13 +112,17 @@ func runConcurrent(b *testing.B, call func() error, commands func() int64, sent 
 			}
 			wg.Wait()
 			elapsed := time.Since(start)
+			cpu := processCPU(b) - cpuBefore
 			b.StopTimer()
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/call")
 			if sent != nil {
 				b.ReportMetric(float64(sent.commands.Load()-sentBefore)/float64(b.N), "cmds/call")
 				b.ReportMetric(float64(sent.roundTrips.Load()-tripsBefore)/float64(b.N), "roundtrips/call")
 			}
-			if commands != nil {
-				b.ReportMetric(float64(commands()-before)/float64(b.N), "redis-ops/call")
+			if redis != nil {
+				used := redis().Sub(before)
+				b.ReportMetric(float64(used.Commands)/float64(b.N), "redis-ops/call")
+				b.ReportMetric(float64(used.CPU.Microseconds())/float64(b.N), "redis-cpu-µs/call")
 			}
 			slices.Sort(latencies)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")

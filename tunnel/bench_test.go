@@ -73,7 +73,7 @@ func benchmarkEcho(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvide
 	in := wrapperspb.String("hello")
 	runConcurrent(b, func() error {
 		return client.Invoke(ctx, echo, in, new(wrapperspb.StringValue))
-	}, func() int64 { return commandCalls(b, rdb) }, sent)
+	}, func() redisinfo.Sample { return redisSample(b, rdb) }, sent)
 	if os.Getenv("RPR_BENCH_COMMANDSTATS") != "" {
 		for _, l := range strings.Split(rdb.Info(ctx, "commandstats", "cpu").Val(), "\n") {
 			if strings.HasPrefix(l, "cmdstat_") || strings.HasPrefix(l, "used_cpu_user_main") {

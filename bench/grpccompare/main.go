@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,7 @@ func main() {
 	payload := flag.Int("payload", 128, "payload bytes per request (echoed back)")
 	warmup := flag.Int("warmup", 1000, "calls made and not measured before each run")
 	redisServer := flag.String("redis-server", "", "redis-server binary (default: $RPR_REDIS_SERVER, else the one on PATH)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (both systems) to this file, for go tool pprof")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./grpccompare [flags]   (from bench/)\n\n"+
 			"Unary echo, rpr through a real redis-server vs gRPC-go over loopback TCP, in one process.\n\n")
@@ -59,11 +61,25 @@ func main() {
 		usageError("unexpected argument %q: everything is a flag, e.g. -calls 5000", flag.Arg(0))
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			usageError("-cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			usageError("-cpuprofile: %v", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = run(ctx, os.Stdout, os.Stderr, config{calls: *calls, levels: conc, payload: *payload, warmup: *warmup, redisServer: *redisServer})
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "grpccompare:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
