@@ -121,11 +121,10 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err := c.checkAsync(method, full, rid, cfg, req); err != nil {
 		return Receipt{}, err
 	}
-	release, err := c.takeSlot(ctx, started)
-	if err != nil {
+	if err := c.takeSlot(ctx, started); err != nil {
 		return Receipt{}, err
 	}
-	defer release()
+	defer c.slots.release()
 	payload, err := c.marshalRequest(started, req)
 	if err != nil {
 		return Receipt{}, err

@@ -10,8 +10,9 @@ import (
 
 // pipelineOp is one command waiting to leave in a pipeline.
 type pipelineOp struct {
-	// queue adds the command to p.
-	queue func(ctx context.Context, p redis.Pipeliner) redis.Cmder
+	// queue sends the command through c: a pipeline, or the client
+	// itself when the op is alone.
+	queue func(ctx context.Context, c redis.Cmdable) redis.Cmder
 	// script, when set, is the Lua script queue runs with EVALSHA; on
 	// NOSCRIPT the op is sent again with EVAL.
 	script *scriptCall
@@ -50,7 +51,7 @@ func (s *scriptCall) evalSha(ctx context.Context, c redis.Cmdable) redis.Cmder {
 // scriptOp returns an op that runs a script.
 func scriptOp(call *scriptCall, done func(redis.Cmder)) *pipelineOp {
 	return &pipelineOp{
-		queue:  func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return call.evalSha(ctx, p) },
+		queue:  func(ctx context.Context, c redis.Cmdable) redis.Cmder { return call.evalSha(ctx, c) },
 		script: call,
 		done:   done,
 	}
@@ -87,12 +88,16 @@ func (b *batcher) flush(batch []*pipelineOp) {
 	if len(live) == 0 {
 		return
 	}
-	pipe := b.rdb.Pipeline()
 	cmds := make([]redis.Cmder, len(live))
-	for i, op := range live {
-		cmds[i] = op.queue(ctx, pipe)
+	if len(live) == 1 {
+		cmds[0] = live[0].queue(ctx, b.rdb) // one command needs no pipeline
+	} else {
+		pipe := b.rdb.Pipeline()
+		for i, op := range live {
+			cmds[i] = op.queue(ctx, pipe)
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, op := range live {
 		cmd := cmds[i]
 		if op.script != nil && isNoScript(cmd.Err()) {

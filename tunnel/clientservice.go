@@ -35,6 +35,8 @@ type clientService struct {
 	respMu    sync.Mutex                                // serializes opening response streams
 	responses [MaxShards]atomic.Pointer[responseStream] // by shard; nil until a unary call needs it
 
+	defaultRequests [MaxShards]atomic.Pointer[string] // default lane's request stream by shard, once named
+
 	mu      sync.Mutex
 	waiting map[string]chan callResult
 }
@@ -44,6 +46,20 @@ type clientService struct {
 type responseStream struct {
 	key      string
 	lastRead atomic.Value // string: id of the last response read
+}
+
+// requestStream names the request stream of lane in shard. The default
+// lane's names, which nearly every call needs, are made once.
+func (s *clientService) requestStream(keys keyspace, shard int, lane string) string {
+	if lane != DefaultLane && lane != "" {
+		return keys.shard(s.name, shard).requests(lane)
+	}
+	if name := s.defaultRequests[shard].Load(); name != nil {
+		return *name
+	}
+	name := keys.shard(s.name, shard).requests(DefaultLane)
+	s.defaultRequests[shard].Store(&name)
+	return name
 }
 
 // liveWorkers returns how many workers serve lane (all lanes for "").

@@ -62,8 +62,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		{completeScript, []string{req, resp, shard.state("a")},
 			[]any{group, worker, entry, "reply", stateSuccess, 60000, "resp", "", ""}},
 		// the unary fast path's completion: the answer only, no state
-		{completeScript, []string{req, resp, shard.state("d")},
-			[]any{group, worker, entry, "answer", "", 0, "resp", "", ""}},
+		{answerScript, []string{req, resp}, []any{group, entry, "resp"}},
 		{arbiterScript, []string{shard.state("b"), req}, []any{"TIMEOUT", 1000, keys.cancels(service), "b", entry2, group}},
 		{replyScript, []string{resp}, []any{"resp"}},
 		{deadLetterScript, []string{req, dlq}, []any{group, entry2, "x", "bad", "INVALID_ARGUMENT", worker, "v2"}},

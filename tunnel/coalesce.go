@@ -6,22 +6,35 @@ import (
 	"sync"
 )
 
-// coalescer hands work items from many goroutines to a few flusher
-// goroutines, each of which takes whatever is queued (at least one item, at
-// most maxBatch) and flushes it as one batch, typically one Redis round
-// trip. A lone item leaves at once, with no timer; under load, items that
-// arrive while a batch is in flight go out together in the next. Queues
-// are bounded and no lock is held during a flush.
+// coalescer hands work items from many goroutines to flushes, each of which
+// takes whatever is queued (at least one item, at most maxBatch) and sends
+// it as one batch, typically one Redis round trip.
+//
+// A lone item (nothing queued, a flush slot free) is flushed at once on its
+// submitter's goroutine: no timer, and no hand-off to another goroutine,
+// which on a lightly loaded machine costs as much as the flush itself.
+// Under load, items queue while the flush slots are busy, and flusher
+// goroutines send them together in the next batches. At most `flushers`
+// flushes run at once, queues are bounded, and no lock is held during a
+// flush.
 type coalescer[T any] struct {
 	items    chan T
 	maxBatch int
 	flush    func([]T)
 	// observe, when not nil, is told each batch's size and whether it was
 	// cut at maxBatch (rather than taking all there was).
-	observe  func(size int, full bool)
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
+	observe func(size int, full bool)
+	// flushing holds one token per flush in progress, inline or on a
+	// flusher goroutine; its capacity bounds concurrent flushes.
+	flushing chan struct{}
+
+	// mu orders submits against close: submit holds it shared until its
+	// item is queued or flushed, so nothing is queued after the flusher
+	// goroutines drained the queue and stopped.
+	mu     sync.RWMutex
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // errBatcherClosed is returned by submit after close.
@@ -30,7 +43,14 @@ var errBatcherClosed = errors.New("rpr: closed")
 // newCoalescer starts flushers goroutines calling flush; stop them with
 // close. observe may be nil.
 func newCoalescer[T any](flushers, maxBatch, queueSize int, flush func([]T), observe func(size int, full bool)) *coalescer[T] {
-	c := &coalescer[T]{items: make(chan T, queueSize), maxBatch: maxBatch, flush: flush, observe: observe, stop: make(chan struct{})}
+	c := &coalescer[T]{
+		items:    make(chan T, queueSize),
+		maxBatch: maxBatch,
+		flush:    flush,
+		observe:  observe,
+		flushing: make(chan struct{}, flushers),
+		stop:     make(chan struct{}),
+	}
 	for range flushers {
 		c.wg.Add(1)
 		go c.flushLoop()
@@ -38,18 +58,27 @@ func newCoalescer[T any](flushers, maxBatch, queueSize int, flush func([]T), obs
 	return c
 }
 
-// submit queues item, waiting for room while ctx allows.
+// submit flushes item at once when it is alone, and otherwise queues it
+// for the next batch, waiting for room while ctx allows. An inline flush
+// has finished (the item's completion has run) when submit returns.
 func (c *coalescer[T]) submit(ctx context.Context, item T) error {
-	select {
-	case <-c.stop:
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
 		return errBatcherClosed
-	default:
+	}
+	if len(c.items) == 0 {
+		select {
+		case c.flushing <- struct{}{}:
+			c.send([]T{item})
+			<-c.flushing
+			return nil
+		default: // every flush slot busy: queue behind them
+		}
 	}
 	select {
 	case c.items <- item:
 		return nil
-	case <-c.stop:
-		return errBatcherClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -57,34 +86,49 @@ func (c *coalescer[T]) submit(ctx context.Context, item T) error {
 
 // close flushes what is queued and stops the flushers.
 func (c *coalescer[T]) close() {
-	c.stopOnce.Do(func() { close(c.stop) })
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stop)
 	c.wg.Wait()
 }
 
+// flushLoop is one flusher goroutine: it takes a flush slot for each batch
+// it sends, and once stopped drains the queue and exits.
 func (c *coalescer[T]) flushLoop() {
 	defer c.wg.Done()
 	batch := make([]T, 0, c.maxBatch)
 	for {
 		select {
 		case item := <-c.items:
+			c.flushing <- struct{}{}
 			batch = c.fill(append(batch[:0], item))
-			if c.observe != nil {
-				c.observe(len(batch), len(batch) == c.maxBatch)
-			}
-			c.flush(batch)
+			c.send(batch)
+			<-c.flushing
 			clear(batch)
 		case <-c.stop:
-			// flush what is left, then exit
 			for {
 				batch = c.fill(batch[:0])
 				if len(batch) == 0 {
 					return
 				}
-				c.flush(batch)
+				c.send(batch)
 				clear(batch)
 			}
 		}
 	}
+}
+
+// send records batch's size and flushes it.
+func (c *coalescer[T]) send(batch []T) {
+	if c.observe != nil {
+		c.observe(len(batch), len(batch) == c.maxBatch)
+	}
+	c.flush(batch)
 }
 
 // fill adds queued items to batch without waiting, up to maxBatch.

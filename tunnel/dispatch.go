@@ -32,7 +32,8 @@ type serveRun struct {
 	queues      *queueSet
 	slots       chan struct{} // one token per entry being handled
 	handlers    sync.WaitGroup
-	completions *batcher // dead letters and answers to undecodable requests
+	pool        *handlerPool // the goroutines handlers run on
+	completions *batcher     // dead letters and answers to undecodable requests
 	completer   *completer
 	running     runningSet
 	metrics     callMetrics
@@ -48,7 +49,7 @@ type received struct {
 	// call, the attempt's time limit for an async request.
 	deadline int64
 	// state is the request's state hash: named by the request id, or by
-	// the idempotency key for an async request.
+	// the idempotency key for an async request; "" on the fast path.
 	state string
 	// fast marks a unary request on the fast path: no state hash while
 	// it runs (see scripts.go).
@@ -126,13 +127,17 @@ func (r *serveRun) readRequests(ctx context.Context, q *queue) {
 // the request holds.
 func (r *serveRun) run(q *queue, req *received, d beginDecision) {
 	r.handlers.Add(1)
-	go func() {
-		defer func() {
-			r.releaseSlots(1)
-			r.handlers.Done()
-		}()
-		r.handle(q, req, d)
+	r.pool.run(handlerJob{queue: q, req: req, decision: d})
+}
+
+// runJob is the handler pool's work: handle one request, then give back
+// its slot.
+func (r *serveRun) runJob(job handlerJob) {
+	defer func() {
+		r.releaseSlots(1)
+		r.handlers.Done()
 	}()
+	r.handle(job.queue, job.req, job.decision)
 }
 
 // recreateGroup restores the workers group after Redis lost it (restarted
@@ -186,9 +191,12 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		case req == nil:
 			r.releaseSlots(1)
 		case previous == nil && req.env.Kind == kindUnary && now < req.deadline:
-			req.fast = true
+			req.fast = true // no state hash: req.state stays ""
 			r.run(q, req, beginDecision{what: "run"})
 		default:
+			if req.state == "" {
+				req.state = q.stateKey(req.env.ID)
+			}
 			if previous != nil {
 				req.takenFrom = cmp.Or(previous[req.entryID], "unknown")
 			}
@@ -269,7 +277,7 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
 	}
-	req := &received{entryID: msg.ID, env: env, deadline: env.Deadline, state: q.stateKey(env.ID)}
+	req := &received{entryID: msg.ID, env: env, deadline: env.Deadline}
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
 		req.method = q.methods[methodName]
 	}
@@ -337,16 +345,17 @@ func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
-	defer r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, fast: req.fast, state: req.state, cancel: cancelCause})()
+	r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, fast: req.fast, state: req.state, cancel: cancelCause})
+	defer r.running.remove(req.env.ID)
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
 	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
-	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), r.metrics.attrs.get(req.env.Method, OK, false))
-	measured := r.metrics.start(ctx, req.env.Method)
+	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), r.metrics.attrs.lookup(req.env.Method, OK, false).record...)
+	measure := r.metrics.begin(ctx, req.env.Method)
 	var resp *responseEnvelope
 	var handlerErr error
 	defer func() {
-		measured(resp.asError())
+		measure.end(resp.asError())
 		endSpan(span, resp.asError())
 	}()
 	if d.what == "orphan" {
@@ -372,7 +381,7 @@ func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 	ttl := time.Until(deadline) + stateMargin
 	action := "reply"
 	if req.fast {
-		action = "answer" // no state to record (see scripts.go)
+		action = actionAnswer // no state to record (see scripts.go)
 	}
 	r.complete(q, req, &completion{action: action, target: req.env.ReplyTo, final: final, ttl: ttl, resp: raw}, log)
 }
@@ -396,14 +405,12 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 		return fail(Errorf(ResourceExhausted, "[%s] %s: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.ID, env.Method, len(env.Payload), s.opts.MaxRequestBytes))
 	}
 
-	md := &responseMetadata{}
-	ctx = context.WithValue(ctx, incomingKey{}, env.Header)
-	ctx = context.WithValue(ctx, responseKey{}, md)
-	ctx = context.WithValue(ctx, requestIDKey{}, env.ID)
-	ctx = context.WithValue(ctx, attemptKey{}, env.Attempt)
+	info := &handlerInfo{header: env.Header, id: env.ID, attempt: env.Attempt}
 	if env.Kind == kindAsync {
-		ctx = context.WithValue(ctx, idempotencyKeyKey{}, env.Key)
+		info.idempotencyKey = env.Key
 	}
+	ctx = withHandlerInfo(ctx, info)
+	md := &info.response
 
 	reply, err := r.runHandler(ctx, q, req.method, env, log)
 	resp := &responseEnvelope{Version: envelopeVersion, ID: env.ID, Header: md.header, Trailer: md.trailer}

@@ -27,29 +27,30 @@ func newInFlightSlots(n int, wait metric.Float64Histogram) *inFlightSlots {
 	return &inFlightSlots{sem: make(chan struct{}, n), wait: wait}
 }
 
-// acquire takes a slot for a call of method full, waiting while ctx
-// allows, and returns the func that gives it back.
-func (s *inFlightSlots) acquire(ctx context.Context, full string, attrs metric.MeasurementOption) (release func(), err error) {
+// acquire takes a slot for call rid of method full, waiting while ctx
+// allows; release gives it back.
+func (s *inFlightSlots) acquire(ctx context.Context, full, rid string, attrs metric.MeasurementOption) error {
 	select {
 	case s.sem <- struct{}{}:
 		s.wait.Record(ctx, 0, attrs)
-		return s.release, nil
+		return nil
 	default:
 	}
 	began := time.Now()
 	select {
 	case s.sem <- struct{}{}:
 		s.wait.Record(ctx, time.Since(began).Seconds(), attrs)
-		return s.release, nil
+		return nil
 	case <-ctx.Done():
 		s.wait.Record(ctx, time.Since(began).Seconds(), attrs)
 		code := Canceled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			code = DeadlineExceeded
 		}
-		return nil, notExecutedf(code, "%s: %v while waiting %v for one of this client's %d in-flight slots; nothing was sent (raise ClientOptions.MaxInFlight, or find why calls take long: rpr stats)",
-			full, ctx.Err(), time.Since(began).Round(time.Millisecond), cap(s.sem))
+		return notExecutedf(code, "%s [%s]: %v while waiting %v for one of this client's %d in-flight slots; nothing was sent (raise ClientOptions.MaxInFlight, or find why calls take long: rpr stats)",
+			full, rid, ctx.Err(), time.Since(began).Round(time.Millisecond), cap(s.sem))
 	}
 }
 
+// release gives back a slot acquire took.
 func (s *inFlightSlots) release() { <-s.sem }

@@ -48,14 +48,14 @@ func (md Metadata) merge(other Metadata) {
 	}
 }
 
-type incomingKey struct{}
-
 // HeaderFromContext returns the request headers the caller sent. In a
 // handler or server interceptor, the context carries them; elsewhere the
 // result is nil.
 func HeaderFromContext(ctx context.Context) Metadata {
-	md, _ := ctx.Value(incomingKey{}).(Metadata)
-	return md
+	if h := handlerInfoFrom(ctx); h != nil {
+		return h.header
+	}
+	return nil
 }
 
 // responseMetadata collects what a handler sets with SetHeader and SetTrailer.
@@ -64,8 +64,6 @@ type responseMetadata struct {
 	header  Metadata
 	trailer Metadata
 }
-
-type responseKey struct{}
 
 // SetHeader adds response headers from a handler; the caller reads them with
 // WithResponseHeader. It fails when ctx is not a handler's context.
@@ -80,10 +78,11 @@ func SetTrailer(ctx context.Context, md Metadata) error {
 }
 
 func setResponseMetadata(ctx context.Context, md Metadata, field func(*responseMetadata) *Metadata) error {
-	r, ok := ctx.Value(responseKey{}).(*responseMetadata)
-	if !ok {
+	h := handlerInfoFrom(ctx)
+	if h == nil {
 		return Errorf(Internal, "SetHeader/SetTrailer called outside an rpr handler: pass the handler's context")
 	}
+	r := &h.response
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dst := field(r)

@@ -46,14 +46,9 @@ type callMetrics struct {
 
 // attributeSets caches the attribute sets measurements carry, by method
 // and code: building one per call cost more than the rest of recording.
-// Method names come from the wire, so the cache is bounded.
 type attributeSets struct {
-	m    sync.Map // attributeKey -> metric.MeasurementOption
-	size atomic.Int32
+	sets boundedCache[attributeKey, measurementAttrs]
 }
-
-// maxAttributeSets bounds attributeSets; sets beyond it are built per call.
-const maxAttributeSets = 4096
 
 type attributeKey struct {
 	method string
@@ -61,23 +56,58 @@ type attributeKey struct {
 	coded  bool // whether the set has the status code
 }
 
+// measurementAttrs is one attribute set in the forms instruments take,
+// the option lists made once so that a measurement does not allocate them.
+type measurementAttrs struct {
+	option metric.MeasurementOption
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
 // get returns the set of method, with code when coded.
 func (a *attributeSets) get(method string, code Code, coded bool) metric.MeasurementOption {
-	key := attributeKey{method, code, coded}
-	if opt, ok := a.m.Load(key); ok {
-		return opt.(metric.MeasurementOption)
+	return a.lookup(method, code, coded).option
+}
+
+// lookup returns the set of method, with code when coded, as option lists.
+func (a *attributeSets) lookup(method string, code Code, coded bool) measurementAttrs {
+	return a.sets.get(attributeKey{method, code, coded}, newMeasurementAttrs)
+}
+
+// newMeasurementAttrs builds the attribute set of key.
+func newMeasurementAttrs(key attributeKey) measurementAttrs {
+	attrs := rpcAttributes(key.method)
+	if key.coded {
+		attrs = append(attrs, attrStatusCode.Int(int(key.code)))
 	}
-	attrs := rpcAttributes(method)
-	if coded {
-		attrs = append(attrs, attrStatusCode.Int(int(code)))
+	option := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	return measurementAttrs{option: option, add: []metric.AddOption{option}, record: []metric.RecordOption{option}}
+}
+
+// boundedCache memoizes values by key, up to maxCacheEntries of them.
+// Keys derive from method names, which come from the wire, so the bound
+// keeps a flood of bogus names from growing memory: beyond it, values are
+// built on every get.
+type boundedCache[K comparable, V any] struct {
+	m    sync.Map // K -> V
+	size atomic.Int32
+}
+
+// maxCacheEntries bounds each boundedCache.
+const maxCacheEntries = 4096
+
+// get returns the value of key, built by build if it is not cached.
+func (c *boundedCache[K, V]) get(key K, build func(K) V) V {
+	if v, ok := c.m.Load(key); ok {
+		return v.(V)
 	}
-	opt := metric.WithAttributeSet(attribute.NewSet(attrs...))
-	if a.size.Load() < maxAttributeSets {
-		if _, loaded := a.m.LoadOrStore(key, opt); !loaded {
-			a.size.Add(1)
+	v := build(key)
+	if c.size.Load() < maxCacheEntries {
+		if _, loaded := c.m.LoadOrStore(key, v); !loaded {
+			c.size.Add(1)
 		}
 	}
-	return opt
+	return v
 }
 
 // newClientMetrics makes a Client's instruments from mp (default: the
@@ -145,14 +175,43 @@ func meterOf(mp metric.MeterProvider) metric.Meter {
 	return mp.Meter(tracerName)
 }
 
-// start counts a call in flight and returns the func that records its end.
-func (m callMetrics) start(ctx context.Context, fullMethod string) func(error) {
-	began := time.Now()
-	inFlight := m.attrs.get(fullMethod, OK, false)
-	m.inFlight.Add(ctx, 1, inFlight)
-	return func(err error) {
-		m.inFlight.Add(ctx, -1, inFlight)
-		m.duration.Record(ctx, time.Since(began).Seconds(), m.attrs.get(fullMethod, CodeOf(err), true))
+// callMeasure is one call's measurement in progress (see callMetrics.begin).
+// Its instruments are nil when they were off as the call began.
+type callMeasure struct {
+	ctx           context.Context
+	method        string
+	attrs         *attributeSets
+	inFlight      metric.Int64UpDownCounter
+	inFlightAttrs []metric.AddOption
+	duration      metric.Float64Histogram
+	began         time.Time
+}
+
+// begin counts a call in flight and returns its measurement, which the
+// caller must end. An instrument that is off as the call begins (no SDK
+// installed, or a view drops it) stays out of the whole call: this costs
+// next to nothing, and a MeterProvider installed meanwhile sees no end
+// without its start.
+func (m callMetrics) begin(ctx context.Context, fullMethod string) callMeasure {
+	c := callMeasure{ctx: ctx, method: fullMethod, attrs: m.attrs}
+	if m.inFlight.Enabled(ctx) {
+		c.inFlight, c.inFlightAttrs = m.inFlight, m.attrs.lookup(fullMethod, OK, false).add
+		c.inFlight.Add(ctx, 1, c.inFlightAttrs...)
+	}
+	if m.duration.Enabled(ctx) {
+		c.duration, c.began = m.duration, time.Now()
+	}
+	return c
+}
+
+// end records the call's outcome: it is no longer in flight, and its
+// duration by code.
+func (c callMeasure) end(err error) {
+	if c.inFlight != nil {
+		c.inFlight.Add(c.ctx, -1, c.inFlightAttrs...)
+	}
+	if c.duration != nil {
+		c.duration.Record(c.ctx, time.Since(c.began).Seconds(), c.attrs.lookup(c.method, CodeOf(err), true).record...)
 	}
 }
 

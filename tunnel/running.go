@@ -13,7 +13,8 @@ type runningRequest struct {
 	entryID string
 	fast    bool // on the fast path: no state hash (see scripts.go)
 	// state is the request's state hash (named by the idempotency key for
-	// an async request, so not always derivable from the request id).
+	// an async request, so not always derivable from the request id); ""
+	// on the fast path.
 	state  string
 	cancel context.CancelCauseFunc
 }
@@ -25,19 +26,21 @@ type runningSet struct {
 	m  map[string]*runningRequest
 }
 
-// add registers a request; the returned func removes it.
-func (rs *runningSet) add(id string, req *runningRequest) func() {
+// add registers a request until remove.
+func (rs *runningSet) add(id string, req *runningRequest) {
 	rs.mu.Lock()
 	if rs.m == nil {
 		rs.m = map[string]*runningRequest{}
 	}
 	rs.m[id] = req
 	rs.mu.Unlock()
-	return func() {
-		rs.mu.Lock()
-		delete(rs.m, id)
-		rs.mu.Unlock()
-	}
+}
+
+// remove unregisters request id.
+func (rs *runningSet) remove(id string) {
+	rs.mu.Lock()
+	delete(rs.m, id)
+	rs.mu.Unlock()
 }
 
 // has reports whether request id runs here.
@@ -136,11 +139,11 @@ func (r *serveRun) extendOnce(ctx context.Context) {
 		args := []any{workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds()}
 		idOfEntry := make(map[string]string, len(reqs))
 		for id, req := range reqs {
-			mode := "s"
+			mode, key := "s", req.state
 			if req.fast {
-				mode = "f"
+				mode, key = "f", q.requests // no state hash; any key of the shard
 			}
-			keys = append(keys, req.state)
+			keys = append(keys, key)
 			args = append(args, req.entryID, mode)
 			idOfEntry[req.entryID] = id
 		}

@@ -27,6 +27,15 @@ import "github.com/redis/go-redis/v9"
 // Whichever gets to the absent state first wins: that is what makes "not
 // executed" provable. All times are Redis's own (TIME), so host clocks
 // never decide.
+//
+// The unary fast path: a unary request delivered to a worker for the first
+// time, within its deadline, has no state hash while it runs. Its delivery
+// (the entry in the stream's pending list, under the worker's name) is its
+// claim, and answerScript writes the answer, acknowledges and deletes the
+// entry in one step. The stream then arbitrates (arbiterScript): an entry
+// not yet delivered is deleted and provably not executed, a pending one may
+// be running, a missing one has finished. Takeovers, marks and requests
+// whose deadline passed in the queue still use the hash.
 
 // beginScript decides, for a batch of request entries a worker has just
 // received (read or reclaimed), which ones it may run, in one round trip.
@@ -155,10 +164,6 @@ return out
 // that no longer holds the request (it was taken over) writes nothing for
 // it. The actions:
 //
-//	answer unary, fast path: only write the response to the caller's
-//	       stream (NOMKSTREAM); no state, no fence (a worker that lost the
-//	       request to a takeover still answers truthfully, and the caller
-//	       takes the first answer)
 //	reply  unary: write the response to the caller's stream (NOMKSTREAM)
 //	done   async success: only the state (the key's done marker)
 //	retry  async failure with attempts left: put the next attempt's
@@ -193,45 +198,66 @@ for k = 1, (#KEYS - 1) / 2 do
   local a = 7 * k - 5
   local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-  if action == 'answer' then
-    out[k] = 1
-    if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
-    done[#done + 1] = entry
+  local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
+  if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
+    out[k] = -1
   else
-    local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
-    if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
-      out[k] = -1
+    if action == 'done' then
+      -- The done marker is kept for the idempotency window (a day by
+      -- default), so it keeps only what rpr trace shows: not the claim's
+      -- details nor an earlier attempt's error (which would also have made
+      -- the hash a large one).
+      redis.call('DEL', st)
+      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3])
+    elseif resp ~= '' then
+      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0, 'resp', resp)
     else
-      if action == 'done' then
-        -- The done marker is kept for the idempotency window (a day by
-        -- default), so it keeps only what rpr trace shows: not the claim's
-        -- details nor an earlier attempt's error (which would also have made
-        -- the hash a large one).
-        redis.call('DEL', st)
-        redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3])
-      elseif resp ~= '' then
-        redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0, 'resp', resp)
-      else
-        redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0)
-      end
-      redis.call('PEXPIRE', st, ttl)
-      out[k] = 1
-      if action == 'reply' then
-        if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
-      elseif action == 'retry' then
-        redis.call('ZADD', target, clock() + tonumber(extra), env)
-      elseif action == 'dead' then
-        local fields = cjson.decode(extra)
-        redis.call('XADD', target, '*', 'e', env, 'entry', entry, 'failed_ms', clock(), unpack(fields))
-      end
-      done[#done + 1] = entry
+      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0)
     end
+    redis.call('PEXPIRE', st, ttl)
+    out[k] = 1
+    if action == 'reply' then
+      if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
+    elseif action == 'retry' then
+      redis.call('ZADD', target, clock() + tonumber(extra), env)
+    elseif action == 'dead' then
+      local fields = cjson.decode(extra)
+      redis.call('XADD', target, '*', 'e', env, 'entry', entry, 'failed_ms', clock(), unpack(fields))
+    end
+    done[#done + 1] = entry
   end
 end
 if #done > 0 then
   redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
   redis.call('XDEL', KEYS[1], unpack(done))
 end
+return out
+`)
+
+// answerScript finishes a batch of unary requests on the fast path (see
+// above): for each it writes the response to the caller's stream
+// (NOMKSTREAM: nothing is created for a caller that is gone), then
+// acknowledges and removes all their entries at once. There is no state to
+// record and no fence: a worker that lost a request to a takeover still
+// answers truthfully, and the caller takes the first answer. Its ARGV is
+// two values per request rather than completeScript's seven, which is
+// most of what a completion costs Redis.
+//
+//	KEYS[1] request stream   KEYS[1+k] reply stream of request k
+//	ARGV[1] consumer group   ARGV[2k] entry id of request k
+//	ARGV[2k+1] its response envelope
+//
+// Returns one result per request: 1 when written, 0 when the reply stream
+// no longer exists.
+var answerScript = redis.NewScript(`
+local out, done = {}, {}
+for k = 1, #KEYS - 1 do
+  out[k] = 1
+  if not redis.call('XADD', KEYS[k + 1], 'NOMKSTREAM', '*', 'e', ARGV[2 * k + 1]) then out[k] = 0 end
+  done[k] = ARGV[2 * k]
+end
+redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
+redis.call('XDEL', KEYS[1], unpack(done))
 return out
 `)
 

@@ -358,6 +358,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		observeRead: metrics.batchObserver("read"),
 		metrics:     metrics,
 	}
+	run.pool = newHandlerPool(run.runJob)
 	// Readers and reclaimers stop taking requests when ctx ends; the
 	// goroutines that serve running handlers (heartbeat, lease extension,
 	// cancellation) stop once the last handler has finished.
@@ -376,6 +377,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	takers.Wait()
 	run.queues.stop()
 	run.handlers.Wait()
+	run.pool.close()
 	close(handlersDone)
 	helpers.Wait()
 	run.completions.close()
@@ -421,27 +423,25 @@ func (s *Server) prepare(ctx context.Context, services []*serverService) ([]*que
 	return queues, nil
 }
 
-type requestIDKey struct{}
-
 // RequestIDFromContext returns the id of the call a handler is serving, for
 // logs and traces; "" outside a handler.
 func RequestIDFromContext(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
+	if h := handlerInfoFrom(ctx); h != nil {
+		return h.id
+	}
+	return ""
 }
-
-type attemptKey struct{}
 
 // AttemptFromContext returns which attempt of its request a handler is
 // running: 1 for the first, 2 for the first retry and so on (an async
 // request replayed from the dead-letter stream starts again at 1); 0
 // outside a handler.
 func AttemptFromContext(ctx context.Context) int {
-	n, _ := ctx.Value(attemptKey{}).(int)
-	return n
+	if h := handlerInfoFrom(ctx); h != nil {
+		return h.attempt
+	}
+	return 0
 }
-
-type idempotencyKeyKey struct{}
 
 // IdempotencyKeyFromContext returns the idempotency key of the async
 // request a handler is running (the request id unless the caller set one
@@ -449,6 +449,8 @@ type idempotencyKeyKey struct{}
 // effect lives in another system can record the key there, to make the
 // effect itself idempotent.
 func IdempotencyKeyFromContext(ctx context.Context) string {
-	k, _ := ctx.Value(idempotencyKeyKey{}).(string)
-	return k
+	if h := handlerInfoFrom(ctx); h != nil {
+		return h.idempotencyKey
+	}
+	return ""
 }

@@ -31,6 +31,7 @@ const (
 type tracing struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
+	methods    *boundedCache[string, methodSpans]
 }
 
 // newTracing uses tp, or the global TracerProvider when tp is nil, and
@@ -42,7 +43,38 @@ func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) tra
 	if prop == nil {
 		prop = propagation.TraceContext{}
 	}
-	return tracing{tracer: tp.Tracer(tracerName), propagator: prop}
+	return tracing{tracer: tp.Tracer(tracerName), propagator: prop, methods: &boundedCache[string, methodSpans]{}}
+}
+
+// Span kinds as start options, made once: options are immutable values.
+var (
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+)
+
+// methodSpans are the start options every span of one method shares: its
+// kind and its rpc.* attributes, built once per method (tracing.methods)
+// instead of once per call.
+//
+// Only these attributes are given at the start, where Samplers and
+// SpanProcessor.OnStart see them; the per-call rpr.* ones (request id,
+// attempt, queue wait, worker) are set just after, and only on a span that
+// records. This is deliberate: building them cost allocations on every
+// call even when nothing records (no SDK installed, or the call not
+// sampled), while samplers decide on the method or the parent, not on a
+// request id or a worker. A recorded span has the same attributes either
+// way.
+type methodSpans struct {
+	client, server []trace.SpanStartOption
+}
+
+// newMethodSpans builds the start options of fullMethod's spans.
+func newMethodSpans(fullMethod string) methodSpans {
+	attrs := trace.WithAttributes(rpcAttributes(fullMethod)...)
+	return methodSpans{
+		client: []trace.SpanStartOption{clientKind, attrs},
+		server: []trace.SpanStartOption{serverKind, attrs},
+	}
 }
 
 // rpcAttributes are the semantic-convention attributes of a method.
@@ -55,11 +87,13 @@ func rpcAttributes(fullMethod string) []attribute.KeyValue {
 	}
 }
 
-// startClient starts the CLIENT span of a call.
+// startClient starts the CLIENT span of a call (attributes: see methodSpans).
 func (t tracing) startClient(ctx context.Context, fullMethod, requestID string) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, fullMethod,
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(append(rpcAttributes(fullMethod), attrRequestID.String(requestID))...))
+	ctx, span := t.tracer.Start(ctx, fullMethod, t.methods.get(fullMethod, newMethodSpans).client...)
+	if span.IsRecording() {
+		span.SetAttributes(attrRequestID.String(requestID))
+	}
+	return ctx, span
 }
 
 // inject writes ctx's trace context into md, creating md if needed.
@@ -75,26 +109,31 @@ func (t tracing) inject(ctx context.Context, md Metadata) Metadata {
 }
 
 // startServer starts the SERVER span of a request, as a child of the
-// caller's span found in its metadata.
+// caller's span found in its metadata (attributes: see methodSpans).
 func (t tracing) startServer(ctx context.Context, env *requestEnvelope, worker string, queueWait time.Duration) (context.Context, trace.Span) {
 	if env.Header != nil {
 		ctx = t.propagator.Extract(ctx, metadataCarrier(env.Header))
 	}
-	attrs := append(rpcAttributes(env.Method),
-		attrRequestID.String(env.ID),
-		attrAttempt.Int(env.Attempt),
-		attrQueueWait.Float64(float64(queueWait.Microseconds())/1000),
-		attrWorker.String(worker),
-	)
-	return t.tracer.Start(ctx, env.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	ctx, span := t.tracer.Start(ctx, env.Method, t.methods.get(env.Method, newMethodSpans).server...)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attrRequestID.String(env.ID),
+			attrAttempt.Int(env.Attempt),
+			attrQueueWait.Float64(float64(queueWait.Microseconds())/1000),
+			attrWorker.String(worker),
+		)
+	}
+	return ctx, span
 }
 
-// end records a call's outcome on span and ends it.
+// endSpan records a call's outcome on span and ends it; a span that does
+// not record skips the attribute and status it would drop anyway.
 func endSpan(span trace.Span, err error) {
-	code := CodeOf(err)
-	span.SetAttributes(attrStatusCode.Int(int(code)))
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+	if span.IsRecording() {
+		span.SetAttributes(attrStatusCode.Int(int(CodeOf(err))))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
 	}
 	span.End()
 }

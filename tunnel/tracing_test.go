@@ -2,9 +2,14 @@ package tunnel_test
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -55,6 +60,97 @@ func TestServerSpanIsChildOfClientSpan(t *testing.T) {
 	if _, ok := attributeMap(server.Attributes())["rpr.queue_wait_ms"]; !ok {
 		t.Error("server span has no queue wait")
 	}
+}
+
+// TestSpanAttributes checks every attribute and status rpr gives its
+// spans, for a call that succeeds and one that fails, and what Samplers
+// see: the method's rpc.* attributes, given at the start (the per-call
+// rpr.* ones are added once the span records; see tracing.go).
+func TestSpanAttributes(t *testing.T) {
+	clientSampler, serverSampler := &startAttributes{}, &startAttributes{}
+	clientSpans, serverSpans := tracetest.NewSpanRecorder(), tracetest.NewSpanRecorder()
+	e := newEnv(t, envConfig{
+		client: tunnel.ClientOptions{TracerProvider: sdktrace.NewTracerProvider(
+			sdktrace.WithSampler(clientSampler), sdktrace.WithSpanProcessor(clientSpans))},
+		server: tunnel.ServerOptions{WorkerID: "worker-7", TracerProvider: sdktrace.NewTracerProvider(
+			sdktrace.WithSampler(serverSampler), sdktrace.WithSpanProcessor(serverSpans))},
+	})
+	for _, tc := range []struct {
+		method string
+		code   tunnel.Code
+		status codes.Code
+	}{
+		{"Echo", tunnel.OK, codes.Unset},
+		{"Fail", tunnel.NotFound, codes.Error},
+	} {
+		var rid string
+		_, err := e.call(context.Background(), tc.method, "traced", tunnel.CaptureRequestID(&rid))
+		if tunnel.CodeOf(err) != tc.code {
+			t.Fatalf("%s: %v", tc.method, err)
+		}
+		client := findSpan(t, clientSpans, rid)
+		waitFor(t, "the server span to end", func() bool { return spanFor(serverSpans, rid) != nil })
+		server := spanFor(serverSpans, rid)
+
+		common := map[string]string{
+			"rpc.system": "rpr", "rpc.service": echoService, "rpc.method": tc.method,
+			"rpr.request_id": rid, "rpr.attempt": "1", "rpc.rpr.status_code": strconv.Itoa(int(tc.code)),
+		}
+		wants := map[sdktrace.ReadOnlySpan]map[string]string{client: common, server: {"rpr.worker": "worker-7"}}
+		maps.Copy(wants[server], common)
+		for span, want := range wants {
+			attrs := attributeMap(span.Attributes())
+			for key, value := range want {
+				if attrs[key] != value {
+					t.Errorf("%s %v span: %s = %q, want %q", tc.method, span.SpanKind(), key, attrs[key], value)
+				}
+			}
+			if span.Status().Code != tc.status || (tc.status == codes.Error) != (span.Status().Description != "") {
+				t.Errorf("%s %v span: status %+v, want code %v", tc.method, span.SpanKind(), span.Status(), tc.status)
+			}
+		}
+		if _, ok := attributeMap(server.Attributes())["rpr.queue_wait_ms"]; !ok {
+			t.Errorf("%s server span has no queue wait", tc.method)
+		}
+		if client.Status().Code == codes.Error && client.Status().Description != err.Error() {
+			t.Errorf("client span status %q, want the call's error %q", client.Status().Description, err)
+		}
+
+		for sampler, kind := range map[*startAttributes]trace.SpanKind{clientSampler: trace.SpanKindClient, serverSampler: trace.SpanKindServer} {
+			seen := attributeMap(sampler.of(echoService + "/" + tc.method))
+			for _, key := range []string{"rpc.system", "rpc.service", "rpc.method"} {
+				if seen[key] != common[key] {
+					t.Errorf("%s %v sampler: %s = %q, want %q", tc.method, kind, key, seen[key], common[key])
+				}
+			}
+		}
+	}
+}
+
+// startAttributes is a Sampler that samples every span and keeps the
+// attributes each span name had when it started.
+type startAttributes struct {
+	mu    sync.Mutex
+	attrs map[string][]attribute.KeyValue
+}
+
+func (s *startAttributes) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attrs == nil {
+		s.attrs = map[string][]attribute.KeyValue{}
+	}
+	s.attrs[p.Name] = slices.Clone(p.Attributes)
+	return sdktrace.AlwaysSample().ShouldSample(p)
+}
+
+func (s *startAttributes) Description() string { return "startAttributes" }
+
+// of returns the attributes the last span named name started with.
+func (s *startAttributes) of(name string) []attribute.KeyValue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attrs[name]
 }
 
 func findSpan(t *testing.T, rec *tracetest.SpanRecorder, rid string) sdktrace.ReadOnlySpan {
