@@ -9,11 +9,13 @@ import (
 // before it exits.
 const handlerIdle = 10 * time.Second
 
-// handlerJob is one claimed request to handle (see serveRun.handle).
+// handlerJob is one claimed request to handle (see serveRun.handle), or,
+// when reader is set, a queue's read loop to go on with.
 type handlerJob struct {
 	queue    *queue
 	req      *received
 	decision beginDecision
+	reader   *reader
 }
 
 // handlerPool runs a server's handlers on goroutines it keeps between
