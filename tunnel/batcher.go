@@ -10,18 +10,25 @@ import (
 
 // pipelineOp is one command waiting to leave in a pipeline.
 type pipelineOp struct {
-	// queue sends the command through c: a pipeline, or the client
-	// itself when the op is alone.
-	queue func(ctx context.Context, c redis.Cmdable) redis.Cmder
-	// script, when set, is the Lua script queue runs with EVALSHA; on
-	// NOSCRIPT the op is sent again with EVAL.
+	command pipelineCommand
+	// script, when set, is the Lua script the command runs with EVALSHA;
+	// on NOSCRIPT the op is sent again with EVAL.
 	script *scriptCall
-	// done receives the finished command. It runs on a flusher goroutine,
-	// so it must not block.
-	done func(redis.Cmder)
 	// state moves from opQueued to opTaken when a flusher takes the op,
 	// or to opAbandoned when its submitter gives up first.
 	state atomic.Int32
+}
+
+// pipelineCommand is what a pipelineOp sends, and is told the outcome. (An
+// interface rather than two funcs: a method value of the op would cost an
+// allocation on every call.)
+type pipelineCommand interface {
+	// queue sends the command through c: a pipeline, or the client
+	// itself when the op is alone.
+	queue(ctx context.Context, c redis.Cmdable) redis.Cmder
+	// finished receives the finished command. It runs on the flushing
+	// goroutine, so it must not block.
+	finished(cmd redis.Cmder)
 }
 
 const (
@@ -48,14 +55,23 @@ func (s *scriptCall) evalSha(ctx context.Context, c redis.Cmdable) redis.Cmder {
 	return s.script.EvalSha(ctx, c, s.keys, s.args...)
 }
 
-// scriptOp returns an op that runs a script.
+// scriptOp returns an op that runs a script and hands the finished
+// command to done.
 func scriptOp(call *scriptCall, done func(redis.Cmder)) *pipelineOp {
-	return &pipelineOp{
-		queue:  func(ctx context.Context, c redis.Cmdable) redis.Cmder { return call.evalSha(ctx, c) },
-		script: call,
-		done:   done,
-	}
+	return &pipelineOp{command: scriptCommand{call: call, done: done}, script: call}
 }
+
+// scriptCommand is a script call as a pipelineCommand.
+type scriptCommand struct {
+	call *scriptCall
+	done func(redis.Cmder)
+}
+
+func (s scriptCommand) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
+	return s.call.evalSha(ctx, c)
+}
+
+func (s scriptCommand) finished(cmd redis.Cmder) { s.done(cmd) }
 
 // batcher coalesces commands from many goroutines into pipelines (see
 // coalescer): a lone command leaves at once; under load, commands that
@@ -90,11 +106,11 @@ func (b *batcher) flush(batch []*pipelineOp) {
 	}
 	cmds := make([]redis.Cmder, len(live))
 	if len(live) == 1 {
-		cmds[0] = live[0].queue(ctx, b.rdb) // one command needs no pipeline
+		cmds[0] = live[0].command.queue(ctx, b.rdb) // one command needs no pipeline
 	} else {
 		pipe := b.rdb.Pipeline()
 		for i, op := range live {
-			cmds[i] = op.queue(ctx, pipe)
+			cmds[i] = op.command.queue(ctx, pipe)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
@@ -103,7 +119,7 @@ func (b *batcher) flush(batch []*pipelineOp) {
 		if op.script != nil && isNoScript(cmd.Err()) {
 			cmd = op.script.script.Eval(ctx, b.rdb, op.script.keys, op.script.args...)
 		}
-		op.done(cmd)
+		op.command.finished(cmd)
 	}
 }
 

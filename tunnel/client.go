@@ -430,6 +430,7 @@ type sendOp struct {
 	svc     *clientService
 	call    *outgoingCall
 	args    redis.XAddArgs
+	values  [2]any // args.Values
 	entryID string // the request's entry; set before sent closes
 	sent    chan struct{}
 }
@@ -439,13 +440,13 @@ type sendOp struct {
 // call's response channel: a call's one wake-up is its outcome.
 func newSendOp(svc *clientService, call *outgoingCall, stream string, raw []byte) *sendOp {
 	op := &sendOp{svc: svc, call: call, sent: make(chan struct{})}
-	op.args = redis.XAddArgs{Stream: stream, Values: []any{envelopeField, raw}}
-	op.queue = op.xadd
-	op.done = op.finished
+	op.values = [2]any{envelopeField, raw}
+	op.args = redis.XAddArgs{Stream: stream, Values: op.values[:]}
+	op.command = op
 	return op
 }
 
-func (op *sendOp) xadd(ctx context.Context, c redis.Cmdable) redis.Cmder {
+func (op *sendOp) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
 	return c.XAdd(ctx, &op.args)
 }
 

@@ -364,7 +364,7 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 // deliver decodes one response and hands it to the call waiting for it.
 func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessage) {
 	raw, _ := msg.Values[envelopeField].(string)
-	resp, err := decodeResponse([]byte(raw))
+	resp, err := decodeResponseString(raw)
 	if err != nil {
 		id, _ := peekReplyAddress([]byte(raw))
 		c.log.Error("rpr: undecodable response", "stream", rs.key, "entry", msg.ID, "request_id", id, "error", err)

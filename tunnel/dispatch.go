@@ -314,7 +314,7 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		r.deadLetter(q, msg.ID, "", fmt.Sprintf("entry has no %q field", envelopeField))
 		return nil
 	}
-	env, err := decodeRequest([]byte(raw))
+	env, err := decodeRequestString(raw)
 	if err != nil {
 		id, replyTo := peekReplyAddress([]byte(raw))
 		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", q.requests, "entry", msg.ID, "request_id", id, "error", err)

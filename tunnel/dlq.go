@@ -367,7 +367,7 @@ func parseDeadLetter(m redis.XMessage, shard int, key string) DeadLetter {
 	if ms := num("enqueued_ms"); ms > 0 {
 		dl.Enqueued = time.UnixMilli(ms)
 	}
-	env, err := decodeRequest([]byte(str(envelopeField)))
+	env, err := decodeRequestString(str(envelopeField))
 	if err != nil {
 		dl.DecodeError = err.Error()
 		dl.RequestID, _ = peekReplyAddress([]byte(str(envelopeField)))

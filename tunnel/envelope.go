@@ -3,6 +3,7 @@ package tunnel
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // envelopeVersion is the wire version this runtime writes and reads. A
@@ -141,9 +142,19 @@ func peekVersion(b []byte) int {
 }
 
 // decodeRequest decodes and validates a request envelope.
-func decodeRequest(b []byte) (*requestEnvelope, error) {
+func decodeRequest(b []byte) (*requestEnvelope, error) { return decodeRequestFrom(b, false) }
+
+// decodeRequestString is decodeRequest for an envelope as Redis hands it
+// over: a string, whose bytes are read in place and whose memory the
+// envelope's strings share, which spares a copy of each.
+func decodeRequestString(raw string) (*requestEnvelope, error) {
+	return decodeRequestFrom(stringBytes(raw), true)
+}
+
+// decodeRequestFrom decodes b, the bytes of a string when frozen.
+func decodeRequestFrom(b []byte, frozen bool) (*requestEnvelope, error) {
 	env := new(requestEnvelope)
-	decode := func(b []byte) error { return decodeRequestFields(b, env) }
+	decode := func(b []byte) error { return decodeRequestFields(b, frozen, env) }
 	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return nil, err
 	}
@@ -177,9 +188,18 @@ func decodeRequest(b []byte) (*requestEnvelope, error) {
 }
 
 // decodeResponse decodes and validates a response envelope.
-func decodeResponse(b []byte) (*responseEnvelope, error) {
+func decodeResponse(b []byte) (*responseEnvelope, error) { return decodeResponseFrom(b, false) }
+
+// decodeResponseString is decodeResponse for a string (see
+// decodeRequestString).
+func decodeResponseString(raw string) (*responseEnvelope, error) {
+	return decodeResponseFrom(stringBytes(raw), true)
+}
+
+// decodeResponseFrom decodes b, the bytes of a string when frozen.
+func decodeResponseFrom(b []byte, frozen bool) (*responseEnvelope, error) {
 	env := new(responseEnvelope)
-	decode := func(b []byte) error { return decodeResponseFields(b, env) }
+	decode := func(b []byte) error { return decodeResponseFields(b, frozen, env) }
 	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return nil, err
 	}
@@ -208,4 +228,13 @@ func peekReplyAddress(b []byte) (id, replyTo string) {
 		return "", ""
 	}
 	return id, replyTo
+}
+
+// stringBytes returns the bytes of s without copying them. They must not
+// be written to: only the envelope decoder, which only reads, gets them.
+func stringBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }

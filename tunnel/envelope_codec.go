@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -116,8 +117,8 @@ func encodeResponse(env *responseEnvelope) ([]byte, error) {
 
 // decodeRequestFields decodes b into env, refusing unknown keys, values of
 // the wrong type and trailing bytes; decodeRequest validates the result.
-func decodeRequestFields(b []byte, env *requestEnvelope) error {
-	return decodeEnvelope(b, func(r *envelopeReader) error {
+func decodeRequestFields(b []byte, frozen bool, env *requestEnvelope) error {
+	return decodeEnvelope(b, frozen, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) (err error) {
 			switch string(key) {
 			case "v":
@@ -158,8 +159,8 @@ func decodeRequestFields(b []byte, env *requestEnvelope) error {
 
 // decodeResponseFields decodes b into env, refusing unknown keys, values of
 // the wrong type and trailing bytes; decodeResponse validates the result.
-func decodeResponseFields(b []byte, env *responseEnvelope) error {
-	return decodeEnvelope(b, func(r *envelopeReader) error {
+func decodeResponseFields(b []byte, frozen bool, env *responseEnvelope) error {
+	return decodeEnvelope(b, frozen, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) (err error) {
 			switch string(key) {
 			case "v":
@@ -410,6 +411,9 @@ type envelopeReader struct {
 	in  []byte
 	src bytes.Reader // reads in
 	dec *msgpack.Decoder
+	// frozen says in is the bytes of a string, which never change: string
+	// values are then cut from it without a copy.
+	frozen bool
 }
 
 // envelopeReaders holds readers whose decoder is bound to their src for
@@ -421,12 +425,12 @@ var envelopeReaders = sync.Pool{New: func() any {
 }}
 
 // readEnvelope runs read over b with a pooled reader.
-func readEnvelope(b []byte, read func(r *envelopeReader) error) error {
+func readEnvelope(b []byte, frozen bool, read func(r *envelopeReader) error) error {
 	r := envelopeReaders.Get().(*envelopeReader)
-	r.in = b
+	r.in, r.frozen = b, frozen
 	r.src.Reset(b)
 	err := read(r)
-	r.in = nil
+	r.in, r.frozen = nil, false
 	r.src.Reset(nil)
 	envelopeReaders.Put(r)
 	return err
@@ -434,8 +438,8 @@ func readEnvelope(b []byte, read func(r *envelopeReader) error) error {
 
 // decodeEnvelope runs decode over b with a pooled reader and refuses bytes
 // left over after it.
-func decodeEnvelope(b []byte, decode func(r *envelopeReader) error) error {
-	return readEnvelope(b, func(r *envelopeReader) error {
+func decodeEnvelope(b []byte, frozen bool, decode func(r *envelopeReader) error) error {
+	return readEnvelope(b, frozen, func(r *envelopeReader) error {
 		if err := decode(r); err != nil {
 			return err
 		}
@@ -454,7 +458,7 @@ func decodeEnvelope(b []byte, decode func(r *envelopeReader) error) error {
 // a stream of bad envelopes grew them without bound) and it bounds how
 // deep it follows nested values.
 func scanEnvelope(b []byte, field func(r *envelopeReader, key []byte) error) error {
-	return readEnvelope(b, func(r *envelopeReader) error {
+	return readEnvelope(b, false, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) error { return field(r, key) })
 	})
 }
@@ -596,6 +600,9 @@ func decodeUint[T ~uint8 | ~uint32](r *envelopeReader) (T, error) {
 // string reads a str or bin value; nil reads as "".
 func (r *envelopeReader) string() (string, error) {
 	b, err := r.raw()
+	if r.frozen && len(b) > 0 {
+		return unsafe.String(&b[0], len(b)), err // shares the input string's memory
+	}
 	return string(b), err
 }
 

@@ -174,7 +174,7 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 			if l, _ := m.Values["lane"].(string); l != "" && lane == "" {
 				lane = l // the newest dead letter's
 			}
-			if env, err := decodeRequest([]byte(raw)); err == nil {
+			if env, err := decodeRequestString(raw); err == nil {
 				noteKey(env)
 			}
 		}
@@ -187,7 +187,7 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 			if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
 				continue
 			}
-			if env, err := decodeRequest([]byte(raw)); err == nil {
+			if env, err := decodeRequestString(raw); err == nil {
 				entry = &TraceEntry{ID: m.ID, Method: env.Method, Enqueued: unixMillis(env.Enqueued),
 					Deadline: unixMillis(env.Deadline), Header: env.Header}
 				lane = lanes[i]
@@ -199,7 +199,7 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 			if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
 				continue
 			}
-			if env, err := decodeRequest([]byte(raw)); err == nil {
+			if env, err := decodeRequestString(raw); err == nil {
 				retry = &TraceRetry{Due: time.UnixMilli(int64(z.Score)), Attempt: env.Attempt}
 				lane = lanes[i]
 				noteKey(env)
@@ -229,7 +229,7 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 		tr.ExpiresIn = d
 	}
 	if raw := st["resp"]; raw != "" {
-		if resp, err := decodeResponse([]byte(raw)); err == nil {
+		if resp, err := decodeResponseString(raw); err == nil {
 			tr.Answer = &TraceAnswer{Code: resp.Code, Message: resp.Message, Bytes: len(resp.Payload)}
 		}
 	}
