@@ -55,9 +55,9 @@ func TestTraceShardedService(t *testing.T) {
 
 	// Async jobs that ran (sent to the default lane, which a server
 	// serves): only their state is left (the key's done marker), in their
-	// shard.
+	// shard. (Until shard 2 has some, as above.)
 	answered := map[int]int{}
-	for i := range 6 {
+	for i := 0; i < 6 || answered[2] == 0 && i < 60; i++ {
 		r, err := client.Enqueue(ctx, job, wrapperspb.String(fmt.Sprint("done-", i)), tunnel.WithLane(tunnel.DefaultLane))
 		if err != nil {
 			t.Fatal(err)
