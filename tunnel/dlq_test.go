@@ -114,15 +114,17 @@ func TestShardedDeadLetters(t *testing.T) {
 
 	lane := map[string]string{} // value -> lane it was sent to
 	for i := range 18 {
-		value, opts := "d"+strconv.Itoa(i), []tunnel.CallOption(nil)
+		// Keyed requests go to the shard their key hashes to: these keys
+		// put letters in each shard (6, 5 and 7), every run.
+		value, opts := "d"+strconv.Itoa(i), []tunnel.CallOption{tunnel.WithIdempotencyKey("letter-" + strconv.Itoa(i))}
 		if i%4 == 0 {
-			value, opts = "v"+strconv.Itoa(i), []tunnel.CallOption{tunnel.WithLane("v2")}
+			value, opts = "v"+strconv.Itoa(i), append(opts, tunnel.WithLane("v2"))
 		}
 		if _, err := client.Enqueue(ctx, &lettersMethod, wrapperspb.String(value), opts...); err != nil {
 			t.Fatal(err)
 		}
 		lane[value] = tunnel.DefaultLane
-		if len(opts) > 0 {
+		if i%4 == 0 {
 			lane[value] = "v2"
 		}
 	}

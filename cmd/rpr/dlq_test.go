@@ -708,12 +708,15 @@ func TestDlqShardedService(t *testing.T) {
 	stopV2 := w.serve("v2")
 	lanes := map[string]string{}
 	for i := range 9 {
+		// Keyed requests go to the shard their key hashes to: these nine
+		// keys put three letters in each shard, every run.
+		key := tunnel.WithIdempotencyKey(fmt.Sprint("letter-", i))
 		value, lane := fmt.Sprint("m", i), tunnel.DefaultLane
 		if i%4 == 0 {
 			lane = "v2"
-			lanes[w.send(value, tunnel.WithLane("v2"))] = lane
+			lanes[w.send(value, key, tunnel.WithLane("v2"))] = lane
 		} else {
-			lanes[w.send(value)] = lane
+			lanes[w.send(value, key)] = lane
 		}
 	}
 	dlq := tunnel.NewDeadLetterQueue(w.rdb, "", mailSvc)
