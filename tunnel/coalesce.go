@@ -29,8 +29,9 @@ type coalescer[T any] struct {
 	flushing chan struct{}
 
 	// mu orders submits against close: submit holds it shared until its
-	// item is queued or flushed, so nothing is queued after the flusher
-	// goroutines drained the queue and stopped.
+	// item is queued or has a flush slot, so nothing is queued after the
+	// flusher goroutines drained the queue and stopped. It is never held
+	// during a flush.
 	mu     sync.RWMutex
 	closed bool
 	stop   chan struct{}
@@ -63,19 +64,21 @@ func newCoalescer[T any](flushers, maxBatch, queueSize int, flush func([]T), obs
 // has finished (the item's completion has run) when submit returns.
 func (c *coalescer[T]) submit(ctx context.Context, item T) error {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
 	if c.closed {
+		c.mu.RUnlock()
 		return errBatcherClosed
 	}
 	if len(c.items) == 0 {
 		select {
 		case c.flushing <- struct{}{}:
+			c.mu.RUnlock() // close waits for the slot instead
 			c.send([]T{item})
 			<-c.flushing
 			return nil
 		default: // every flush slot busy: queue behind them
 		}
 	}
+	defer c.mu.RUnlock()
 	select {
 	case c.items <- item:
 		return nil
@@ -95,6 +98,10 @@ func (c *coalescer[T]) close() {
 	c.mu.Unlock()
 	close(c.stop)
 	c.wg.Wait()
+	// Flushes on submitters' goroutines end when their slots come back.
+	for range cap(c.flushing) {
+		c.flushing <- struct{}{}
+	}
 }
 
 // flushLoop is one flusher goroutine: it takes a flush slot for each batch

@@ -137,3 +137,24 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestCoalescerCloseWaitsForInlineFlushes checks that close returns only
+// once a flush running on a submitter's goroutine has finished.
+func TestCoalescerCloseWaitsForInlineFlushes(t *testing.T) {
+	release := make(chan struct{})
+	var flushed sync.WaitGroup
+	flushed.Add(1)
+	c := newCoalescer(1, 4, 4, func([]int) { <-release; flushed.Done() }, nil)
+	go func() { _ = c.submit(context.Background(), 1) }()
+	waitUntil(t, func() bool { return len(c.flushing) == 1 })
+	closed := make(chan struct{})
+	go func() { c.close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("close returned while a flush was running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	flushed.Wait()
+}
