@@ -86,13 +86,11 @@ they use (types are named in full). No local .proto file is needed.`,
   rpr describe examples.greeter.v1.Greeter/SayHello`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			target, err := loadTarget(ctx, rdb, rf.prefix, args[0])
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -29,6 +30,17 @@ func (f *redisFlags) open(ctx context.Context) (redis.UniversalClient, error) {
 		return nil, exitError{code: 2, cause: err}
 	}
 	return rdb, nil
+}
+
+// connect opens the --redis URL for one run of cmd, everything bounded by
+// timeout; done closes the connection and ends the context.
+func (f *redisFlags) connect(cmd *cobra.Command, timeout time.Duration) (ctx context.Context, rdb redis.UniversalClient, done func(), err error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	if rdb, err = f.open(ctx); err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, rdb, func() { _ = rdb.Close(); cancel() }, nil
 }
 
 // commandGroup makes cmd a group of the subcommands subs (dlq, limits,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"time"
@@ -36,13 +35,11 @@ worker with its last beat. It exits 0 when at least one worker is live
 		Example: `  rpr health --redis redis://10.0.0.5:6379/0 examples.greeter.v1.Greeter`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			h, err := tunnel.CheckHealth(ctx, rdb, rf.prefix, args[0])
 			if err != nil {
 				return exitError{code: 2, cause: err}

@@ -6,7 +6,6 @@ package main
 // flags that caused them, with an example, and exit status 2.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -88,13 +87,11 @@ those and log a warning). -o json prints the same as JSON.`,
 			if output != "table" && output != "json" {
 				return exitError{code: 2, cause: fmt.Errorf("-o %q: want table or json, e.g. -o json", output)}
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			rules, invalid, err := tunnel.ListLimits(ctx, rdb, rf.prefix, args[0])
 			if err != nil {
 				return exitError{code: 2, cause: err}
@@ -250,13 +247,11 @@ apply it within a second. RULE is 1-64 letters, digits, '.', '_' or '-'.`,
 			if _, err := rule.Normalize(args[0]); err != nil {
 				return limitFlagError(err)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			before, _, err := tunnel.ListLimits(ctx, rdb, rf.prefix, args[0])
 			if err != nil {
 				return exitError{code: 2, cause: err}
@@ -322,13 +317,11 @@ rule.`,
 			if err := checkLimitsService(args[0], usage); err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			removed, err := tunnel.RemoveLimit(ctx, rdb, rf.prefix, args[0], args[1])
 			if err != nil {
 				return exitError{code: 2, cause: err}

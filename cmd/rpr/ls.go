@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -39,13 +38,11 @@ deprecated.`,
 		Example: `  rpr ls --redis redis://10.0.0.5:6379/0`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			names, err := tunnel.ListServices(ctx, rdb, rf.prefix)
 			if err != nil {
 				return exitError{code: 2, cause: err}

@@ -311,6 +311,15 @@ func openChange(ctx context.Context, rf redisFlags, service string) (t *routesTa
 	return t, before, lanesBefore, nil
 }
 
+// routeOf returns the route of pattern among routes.
+func routeOf(routes []tunnel.Route, pattern string) (tunnel.Route, bool) {
+	i := slices.IndexFunc(routes, func(r tunnel.Route) bool { return r.Pattern == pattern })
+	if i < 0 {
+		return tunnel.Route{}, false
+	}
+	return routes[i], true
+}
+
 // list reads the table; entries that do not decode are returned apart,
 // as clients skip them.
 func (t *routesTarget) list(ctx context.Context) (routes []tunnel.Route, invalid, err error) {
@@ -706,10 +715,8 @@ In zsh, quote a PATTERN that ends in /* (or setopt no_nomatch).`,
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			verb := "added"
-			for _, r := range before {
-				if r.Pattern == args[0] {
-					verb = "replaced (was: " + rulesText(r.Rules) + ")"
-				}
+			if was, ok := routeOf(before, args[0]); ok {
+				verb = "replaced (was: " + rulesText(was.Rules) + ")"
 			}
 			fmt.Fprintf(out, "%s: %s\n  %s; clients apply it within a second\n", args[0], rulesText(rules), verb)
 			for _, w := range unreachableRules(rules) {
@@ -791,10 +798,8 @@ default lane (--drain-to; --no-drain leaves them).`,
 				return exitError{code: 1, cause: fmt.Errorf("the route was removed, but reading the table back failed: %w", err)}
 			}
 			out := cmd.OutOrStdout()
-			for _, r := range before {
-				if r.Pattern == args[0] {
-					fmt.Fprintf(out, "%s: removed (was: %s); clients stop applying it within a second\n", args[0], rulesText(r.Rules))
-				}
+			if was, ok := routeOf(before, args[0]); ok {
+				fmt.Fprintf(out, "%s: removed (was: %s); clients stop applying it within a second\n", args[0], rulesText(was.Rules))
 			}
 			return t.afterChange(ctx, out, cmd.ErrOrStderr(), before, after, lanesBefore, lf, false)
 		},

@@ -4,7 +4,6 @@ package main
 // (see tunnel/shards.go), the count every client and server follows.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -52,13 +51,11 @@ func newShardsGetCommand() *cobra.Command {
 			if err := checkServiceName(args[0], example); err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			n, err := tunnel.ShardCount(ctx, rdb, rf.prefix, args[0])
 			if err != nil {
 				return exitError{code: 2, cause: err}
@@ -114,13 +111,11 @@ such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
 			if err != nil || n < 1 || n > tunnel.MaxShards {
 				return exitError{code: 2, cause: fmt.Errorf("N %q: want a whole number of shards from 1 to %d, e.g. %s %s 4", args[1], tunnel.MaxShards, "rpr shards set", service)}
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rdb, err := rf.open(ctx)
+			ctx, rdb, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
+			defer done()
 			current, err := tunnel.ShardCount(ctx, rdb, rf.prefix, service)
 			if err != nil {
 				return exitError{code: 2, cause: err}
