@@ -339,9 +339,12 @@ func (c *Cluster) healthy() error {
 // Addrs returns the addresses of all six nodes, "127.0.0.1:PORT", in a
 // fixed order (the first three started as masters). They stay the same
 // across Kill and Start.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
+func (c *Cluster) Addrs() []string { return addrsOf(c.nodes) }
+
+// addrsOf returns the addresses of servers, in their order.
+func addrsOf(servers []*Server) []string {
+	addrs := make([]string, len(servers))
+	for i, n := range servers {
 		addrs[i] = n.Addr()
 	}
 	return addrs

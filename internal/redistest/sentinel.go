@@ -258,17 +258,11 @@ func (s *Sentinel) Client(tb testing.TB) *redis.Client {
 }
 
 // SentinelAddrs returns the sentinels' addresses.
-func (s *Sentinel) SentinelAddrs() []string {
-	out := make([]string, len(s.sentinels))
-	for i, sn := range s.sentinels {
-		out[i] = sn.Addr()
-	}
-	return out
-}
+func (s *Sentinel) SentinelAddrs() []string { return addrsOf(s.sentinels) }
 
 // DataAddrs returns the addresses of the two data nodes: the one started as
 // master first, then the one started as replica.
-func (s *Sentinel) DataAddrs() []string { return []string{s.data[0].Addr(), s.data[1].Addr()} }
+func (s *Sentinel) DataAddrs() []string { return addrsOf(s.data) }
 
 // MasterName returns the name the sentinels monitor.
 func (s *Sentinel) MasterName() string { return s.name }
