@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -13,8 +14,9 @@ import (
 // heartbeat stamps this worker as live, in one round trip: in each
 // service's workers hash (shard 0's, which clients and `rpr ls` read) and
 // in that of every other shard it reads (where beginScript looks a
-// request's previous worker up).
-func (s *Server) heartbeat(ctx context.Context, services []*serverService, queues []*queue) error {
+// request's previous worker up). The same round trip reads each
+// service's recorded shard count and tells follow, when not nil.
+func (s *Server) heartbeat(ctx context.Context, services []*serverService, queues []*queue, follow func(svc *serverService, shards int)) error {
 	shardsOf := map[string][]int{}
 	for _, q := range queues {
 		shardsOf[q.name] = append(shardsOf[q.name], q.shard)
@@ -46,6 +48,10 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	for i, b := range beats {
 		cmds[i] = heartbeatScript.EvalSha(ctx, pipe, []string{b.key}, s.opts.WorkerID, b.info, pruneAge.Milliseconds())
 	}
+	counts := make([]*redis.StringCmd, len(services))
+	for i, svc := range services {
+		counts[i] = pipe.Get(ctx, s.keys.shardCount(svc.name))
+	}
 	_, _ = pipe.Exec(ctx)
 	received := time.Now()
 	for i, cmd := range cmds {
@@ -61,6 +67,13 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 		return fmt.Errorf("heartbeat reply: %w", err)
 	}
 	s.clock.observe(redisNow, sentAt, received)
+	if follow != nil {
+		for i, svc := range services {
+			if err := counts[i].Err(); err == nil || errors.Is(err, redis.Nil) {
+				follow(svc, parseShardCount(counts[i].Result()))
+			}
+		}
+	}
 	return nil
 }
 
@@ -69,8 +82,9 @@ func (s *Server) workerInfo() workerInfo {
 	return workerInfo{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane}
 }
 
-// heartbeatLoop beats every heartbeatInterval until stop is closed.
-func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService, queues *queueSet) {
+// heartbeatLoop beats every heartbeatInterval until stop is closed,
+// telling follow the shard counts each beat read.
+func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService, queues *queueSet, follow func(svc *serverService, shards int)) {
 	t := time.NewTicker(heartbeatInterval)
 	defer t.Stop()
 	for {
@@ -80,7 +94,7 @@ func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService, 
 		case <-t.C:
 		}
 		beatCtx, cancel := context.WithTimeout(context.Background(), 2*heartbeatInterval)
-		if err := s.heartbeat(beatCtx, services, queues.list()); err != nil {
+		if err := s.heartbeat(beatCtx, services, queues.list(), follow); err != nil {
 			s.log.Warn("rpr: heartbeat failed; clients may see this worker as gone", "error", err)
 		}
 		cancel()

@@ -2,14 +2,10 @@ package tunnel
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // queue is one request stream a server reads: its lane of one shard of a
@@ -119,42 +115,23 @@ func (r *serveRun) serveQueue(ctx context.Context, q *queue) bool {
 	return started
 }
 
-// watchShards follows the recorded shard counts of the served services
-// every heartbeatInterval until ctx ends, and starts reading the shards
-// that a raise added. (Shards are never given up while serving: requests
-// a client sent just before a lowering are still read.)
-func (r *serveRun) watchShards(ctx context.Context, services []*serverService) {
+// followShards starts reading the shards of svc that a raise of its
+// recorded shard count to count added; the heartbeat reads the count every
+// heartbeatInterval. (Shards are never given up while serving: requests a
+// client sent just before a lowering are still read.) Nothing starts once
+// ctx, the Serve context, has ended.
+func (r *serveRun) followShards(ctx context.Context, svc *serverService, count int) {
 	s := r.server
-	t := time.NewTicker(heartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for _, shard := range s.shardsToRead(count) {
+		if ctx.Err() != nil || r.queues.has(svc.name, shard) {
+			continue
 		}
-		pipe := s.rdb.Pipeline()
-		counts := make([]*redis.StringCmd, len(services))
-		for i, svc := range services {
-			counts[i] = pipe.Get(ctx, s.keys.shardCount(svc.name))
+		q := s.newQueue(svc, shard)
+		if err := s.openQueue(ctx, q); err != nil {
+			s.log.Warn("rpr: open a new shard", "service", svc.name, "shard", shard, "error", err)
+			continue
 		}
-		_, _ = pipe.Exec(ctx)
-		for i, svc := range services {
-			if err := counts[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
-				continue // Redis unreachable; the next tick tries again
-			}
-			for _, shard := range s.shardsToRead(parseShardCount(counts[i].Result())) {
-				if r.queues.has(svc.name, shard) {
-					continue
-				}
-				q := s.newQueue(svc, shard)
-				if err := s.openQueue(ctx, q); err != nil {
-					s.log.Warn("rpr: open a new shard", "service", svc.name, "shard", shard, "error", err)
-					continue
-				}
-				s.log.Info("rpr: the service's shard count rose; reading the new shard", "service", svc.name, "shard", shard)
-				r.serveQueue(ctx, q)
-			}
-		}
+		s.log.Info("rpr: the service's shard count rose; reading the new shard", "service", svc.name, "shard", shard)
+		r.serveQueue(ctx, q)
 	}
 }

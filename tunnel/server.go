@@ -362,19 +362,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	// Readers and reclaimers stop taking requests when ctx ends; the
 	// goroutines that serve running handlers (heartbeat, lease extension,
 	// cancellation) stop once the last handler has finished.
-	var takers, helpers sync.WaitGroup
+	var helpers sync.WaitGroup
 	handlersDone := make(chan struct{})
 	for _, q := range queues {
 		run.serveQueue(ctx, q)
 	}
-	takers.Go(func() { run.watchShards(ctx, services) })
-	helpers.Go(func() { s.heartbeatLoop(handlersDone, services, run.queues) })
+	followShards := func(svc *serverService, shards int) { run.followShards(ctx, svc, shards) }
+	helpers.Go(func() { s.heartbeatLoop(handlersDone, services, run.queues, followShards) })
 	helpers.Go(func() { run.extendLeases(handlersDone) })
 	helpers.Go(func() { run.watchCancellations(handlersDone, services) })
 
 	<-ctx.Done()
 	s.log.Info("rpr: shutting down: no new requests; finishing those in flight")
-	takers.Wait()
 	run.queues.stop()
 	run.handlers.Wait()
 	run.pool.close()
@@ -417,7 +416,7 @@ func (s *Server) prepare(ctx context.Context, services []*serverService) ([]*que
 		return nil, err
 	}
 	s.publishSchemas(ctx, services) // before the first beat: a live worker's schema is there
-	if err := s.heartbeat(ctx, services, queues); err != nil {
+	if err := s.heartbeat(ctx, services, queues, nil); err != nil {
 		return nil, fmt.Errorf("rpr: first heartbeat: %w", err)
 	}
 	return queues, nil
