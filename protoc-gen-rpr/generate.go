@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/pluginpb"
 
-	"github.com/rprtunnel/rpr/tunnel"
+	"github.com/rprtunnel/rpr/internal/protoopts"
 )
 
 // Packages the generated code refers to. protogen adds an import (with a
@@ -78,12 +78,13 @@ func generateFile(gen *protogen.Plugin, file *protogen.File, services []*service
 	g.P()
 	g.P("package ", file.GoPackageName)
 	g.P()
-	g.P("// This file needs a tunnel package that supports version 1 of the")
-	g.P("// generated code. If the line below fails to compile, the generated code")
-	g.P("// needs a newer github.com/rprtunnel/rpr/tunnel: upgrade with")
-	g.P("// `go get github.com/rprtunnel/rpr@latest`, or regenerate with the")
-	g.P("// protoc-gen-rpr that matches your runtime.")
-	g.P("const _ = ", tunnelPackage.Ident("SupportPackageIsVersion1"))
+	g.P("// This file is written for version 2 of the contract between generated")
+	g.P("// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to")
+	g.P("// compile, this file and your tunnel package disagree: regenerate it with")
+	g.P("// the protoc-gen-rpr of the rpr release you depend on (`go tool")
+	g.P("// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with")
+	g.P("// `go get github.com/rprtunnel/rpr@latest`.")
+	g.P("const _ = ", tunnelPackage.Ident("SupportPackageIsVersion2"))
 	for _, s := range services {
 		g.P()
 		genService(g, file, s)
@@ -112,6 +113,7 @@ func genService(g *protogen.GeneratedFile, file *protogen.File, s *service) {
 	genServer(g, s)
 	genRegister(g, file, s)
 	genHandlers(g, s)
+	genServiceInfo(g, s)
 	genServiceDesc(g, file, s)
 }
 
@@ -123,7 +125,7 @@ func genMethodNameConsts(g *protogen.GeneratedFile, s *service) {
 		writeDoc(g,
 			paragraph("%s is the full name of %s.%s.", m.names.fullMethodConst, s.GoName, m.GoName),
 			protoComment(m.Comments.Leading),
-			deprecatedIf(m.deprecated || s.deprecated),
+			deprecatedIf(m.opts.Deprecated || s.opts.Deprecated),
 		)
 		g.P(m.names.fullMethodConst, " = ", quote(m.fullName))
 	}
@@ -133,38 +135,38 @@ func genMethodNameConsts(g *protogen.GeneratedFile, s *service) {
 
 func genClient(g *protogen.GeneratedFile, s *service) {
 	n := s.names
-	client := g.QualifiedGoIdent(tunnelPackage.Ident("Client"))
+	conn := g.QualifiedGoIdent(tunnelPackage.Ident("ClientConn"))
 
 	writeDoc(g,
 		paragraph("%s is the client API of the %s service.", n.clientInterface, s.Desc.FullName()),
 		protoComment(s.Comments.Leading),
-		deprecatedIf(s.deprecated),
+		deprecatedIf(s.opts.Deprecated),
 	)
 	g.P("type ", n.clientInterface, " interface {")
 	for _, m := range s.methods {
-		writeDoc(g, protoComment(m.Comments.Leading), asyncClientDoc(m), deprecatedIf(m.deprecated))
+		writeDoc(g, protoComment(m.Comments.Leading), asyncClientDoc(m), deprecatedIf(m.opts.Deprecated))
 		g.P(clientSignature(g, m))
 	}
 	g.P("}")
 	g.P()
 
 	g.P("type ", n.clientImpl, " struct {")
-	g.P("cc *", client)
+	g.P("cc ", conn)
 	g.P("}")
 	g.P()
 
 	writeDoc(g,
-		paragraph("%s returns a client of the %s service that sends its calls through cc.", n.newClient, s.Desc.FullName()),
-		deprecatedIf(s.deprecated),
+		paragraph("%s returns a client of the %s service that sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn that wraps or fakes one.", n.newClient, s.Desc.FullName()),
+		deprecatedIf(s.opts.Deprecated),
 	)
-	g.P("func ", n.newClient, "(cc *", client, ") ", n.clientInterface, " {")
+	g.P("func ", n.newClient, "(cc ", conn, ") ", n.clientInterface, " {")
 	g.P("return ", n.clientImpl, "{cc}")
 	g.P("}")
 	g.P()
 
 	for i, m := range s.methods {
 		g.P("func (c ", n.clientImpl, ") ", clientSignature(g, m), " {")
-		if m.async {
+		if m.opts.Async {
 			g.P("return c.cc.Enqueue(ctx, &", n.serviceDesc, ".Methods[", i, "], in, opts...)")
 			g.P("}")
 			g.P()
@@ -187,7 +189,7 @@ func clientSignature(g *protogen.GeneratedFile, m *method) string {
 	// only for what the code uses: an async method never names its
 	// google.protobuf.Empty output.
 	var results string
-	if m.async {
+	if m.opts.Async {
 		results = "(" + g.QualifiedGoIdent(tunnelPackage.Ident("Receipt")) + ", error)"
 	} else {
 		results = "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
@@ -202,7 +204,7 @@ func clientSignature(g *protogen.GeneratedFile, m *method) string {
 // async method returns only an error: nobody waits for a reply.
 func serverSignature(g *protogen.GeneratedFile, m *method) string {
 	results := "error"
-	if !m.async {
+	if !m.opts.Async {
 		results = "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
 	}
 	return m.GoName + "(" + g.QualifiedGoIdent(contextPackage.Ident("Context")) +
@@ -213,7 +215,7 @@ func serverSignature(g *protogen.GeneratedFile, m *method) string {
 // asyncClientDoc is the paragraph that tells callers of an async method
 // what its result means; "" for other methods.
 func asyncClientDoc(m *method) string {
-	if !m.async {
+	if !m.opts.Async {
 		return ""
 	}
 	return paragraph("%s is async (fire-and-forget): it returns once the request is durably queued in Redis, with a receipt to find it by, and does not wait for a server to run it. Servers retry a failed request under the method's retry policy, then dead-letter it. Pass tunnel.WithIdempotencyKey to deduplicate, tunnel.WithDelay or tunnel.WithProcessAt to schedule it; see tunnel.Client.Enqueue.",
@@ -223,7 +225,7 @@ func asyncClientDoc(m *method) string {
 // asyncServerDoc is the paragraph that tells implementations of an async
 // method what their error means; "" for other methods.
 func asyncServerDoc(m *method) string {
-	if !m.async {
+	if !m.opts.Async {
 		return ""
 	}
 	return paragraph("%s is async: its caller got a receipt when the request was queued and does not wait for it. Return nil once the work is done. A non-nil error makes the servers retry the request under the method's retry policy and then dead-letter it; wrap the error with tunnel.Permanent to dead-letter it at once.",
@@ -237,11 +239,11 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 		paragraph("%s is the server API of the %s service. Implementations must embed %s by value, so that adding a method to the service does not break them.",
 			n.serverInterface, s.Desc.FullName(), n.unimplemented),
 		protoComment(s.Comments.Leading),
-		deprecatedIf(s.deprecated),
+		deprecatedIf(s.opts.Deprecated),
 	)
 	g.P("type ", n.serverInterface, " interface {")
 	for _, m := range s.methods {
-		writeDoc(g, protoComment(m.Comments.Leading), asyncServerDoc(m), deprecatedIf(m.deprecated))
+		writeDoc(g, protoComment(m.Comments.Leading), asyncServerDoc(m), deprecatedIf(m.opts.Deprecated))
 		g.P(serverSignature(g, m))
 	}
 	g.P(n.mustEmbed, "()")
@@ -251,14 +253,14 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 	writeDoc(g,
 		paragraph("%s answers every method of %s with UNIMPLEMENTED. Embed it by value (not by pointer) in your server: methods added to the service later then answer UNIMPLEMENTED until you implement them, instead of breaking your build.",
 			n.unimplemented, n.serverInterface),
-		deprecatedIf(s.deprecated),
+		deprecatedIf(s.opts.Deprecated),
 	)
 	g.P("type ", n.unimplemented, " struct{}")
 	g.P()
 	for _, m := range s.methods {
 		g.P("func (", n.unimplemented, ") ", serverSignature(g, m), " {")
 		results := "nil, "
-		if m.async {
+		if m.opts.Async {
 			results = ""
 		}
 		g.P("return ", results, tunnelPackage.Ident("Errorf"), "(", tunnelPackage.Ident("Unimplemented"), ", ",
@@ -272,7 +274,7 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 	writeDoc(g,
 		paragraph("%s may be embedded instead of %s to opt out of forward compatibility: a method added to %s then breaks the build of your server until you implement it. Not recommended.",
 			n.unsafe, n.unimplemented, n.serverInterface),
-		deprecatedIf(s.deprecated),
+		deprecatedIf(s.opts.Deprecated),
 	)
 	g.P("type ", n.unsafe, " interface {")
 	g.P(n.mustEmbed, "()")
@@ -288,7 +290,7 @@ func genRegister(g *protogen.GeneratedFile, file *protogen.File, s *service) {
 	writeDoc(g,
 		paragraph("%s registers srv with s (a *tunnel.Server), which then serves the %s service. It panics if srv embeds %s by a nil pointer: embed it by value.",
 			n.register, s.Desc.FullName(), n.unimplemented),
-		deprecatedIf(s.deprecated),
+		deprecatedIf(s.opts.Deprecated),
 	)
 	g.P("func ", n.register, "(s ", tunnelPackage.Ident("ServiceRegistrar"), ", srv ", n.serverInterface, ") {")
 	g.P("// Calling a method of ", n.unimplemented, " through a nil embedded")
@@ -320,7 +322,7 @@ func genHandlers(g *protogen.GeneratedFile, s *service) {
 	for _, m := range s.methods {
 		in := g.QualifiedGoIdent(m.Input.GoIdent)
 		call := "srv.(" + s.names.serverInterface + ")." + m.GoName
-		if m.async {
+		if m.opts.Async {
 			call = "nil, " + call
 		}
 		g.P("func ", m.names.handler, "(srv any, ctx ", ctx, ", decode func(", message, ") error, interceptor ", interceptor, ") (", message, ", error) {")
@@ -344,53 +346,68 @@ func genHandlers(g *protogen.GeneratedFile, s *service) {
 	}
 }
 
+// genServiceInfo writes the service's tunnel.ServiceInfo: what its
+// (rpr.v1.service) options say, once, for every MethodDesc to point to.
+func genServiceInfo(g *protogen.GeneratedFile, s *service) {
+	n := s.names
+	writeDoc(g,
+		paragraph("%s is the tunnel.ServiceInfo of the %s service: its name and what its (rpr.v1.service) options say. Every method of %s points to it.",
+			n.serviceInfo, s.Desc.FullName(), n.serviceDesc),
+		deprecatedIf(s.opts.Deprecated),
+	)
+	g.P("var ", n.serviceInfo, " = ", tunnelPackage.Ident("ServiceInfo"), "{")
+	g.P("Name: ", quote(string(s.Desc.FullName())), ",")
+	if s.opts.BizCode != "" {
+		g.P("BizCode: ", quote(s.opts.BizCode), ",")
+	}
+	if s.opts.MaxBacklog != 0 {
+		g.P("MaxBacklog: ", s.opts.MaxBacklog, ",")
+	}
+	if s.opts.Shards != 0 {
+		g.P("Shards: ", s.opts.Shards, ",")
+	}
+	g.P("}")
+	g.P()
+}
+
 func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) {
 	n := s.names
 	writeDoc(g,
 		paragraph("%s is the tunnel.ServiceDesc of the %s service, with each method's defaults from the .proto options. It is meant to be passed around (as %s and the client do), not changed.",
 			n.serviceDesc, s.Desc.FullName(), n.register),
-		deprecatedIf(s.deprecated),
+		deprecatedIf(s.opts.Deprecated),
 	)
 	g.P("var ", n.serviceDesc, " = ", tunnelPackage.Ident("ServiceDesc"), "{")
-	g.P("ServiceName: ", quote(string(s.Desc.FullName())), ",")
+	g.P("Service: &", n.serviceInfo, ",")
 	g.P("HandlerType: (*", n.serverInterface, ")(nil),")
 	g.P("Methods: []", tunnelPackage.Ident("MethodDesc"), "{")
 	for _, m := range s.methods {
 		g.P("{")
-		g.P("Service: ", quote(string(s.Desc.FullName())), ",")
+		g.P("Service: &", n.serviceInfo, ",")
 		g.P("Name: ", quote(string(m.Desc.Name())), ",")
-		if m.timeout != 0 {
-			g.P("Timeout: ", durationExpr(g, m.timeout), ",")
+		if m.opts.Timeout != 0 {
+			g.P("Timeout: ", durationExpr(g, m.opts.Timeout), ",")
 		}
-		if m.idempotent {
+		if m.opts.Idempotent {
 			g.P("Idempotent: true,")
 		}
-		if m.retry != nil {
-			genRetryPolicy(g, m.retry)
+		if m.opts.Retry != nil {
+			genRetryPolicy(g, m.opts.Retry)
 		}
-		if s.bizCode != "" {
-			g.P("BizCode: ", quote(s.bizCode), ",")
-		}
-		if m.async {
+		if m.opts.Async {
 			g.P("Async: true,")
-		}
-		if s.maxBacklog != 0 {
-			g.P("MaxBacklog: ", s.maxBacklog, ",")
-		}
-		if s.shards != 0 {
-			g.P("Shards: ", s.shards, ",")
 		}
 		g.P("Handler: ", m.names.handler, ",")
 		g.P("},")
 	}
 	g.P("},")
-	g.P("Metadata: ", quote(file.Desc.Path()), ",")
+	g.P("File: ", quote(file.Desc.Path()), ",")
 	g.P("}")
 }
 
 // genRetryPolicy writes the Retry field of a MethodDesc, leaving unset
 // fields to the runtime's defaults.
-func genRetryPolicy(g *protogen.GeneratedFile, p *tunnel.RetryPolicy) {
+func genRetryPolicy(g *protogen.GeneratedFile, p *protoopts.Retry) {
 	g.P("Retry: &", tunnelPackage.Ident("RetryPolicy"), "{")
 	if p.MaxAttempts != 0 {
 		g.P("MaxAttempts: ", p.MaxAttempts, ",")
@@ -416,12 +433,12 @@ func genRetryPolicy(g *protogen.GeneratedFile, p *tunnel.RetryPolicy) {
 
 // codeConstName is the name of a code's constant in package tunnel:
 // DEADLINE_EXCEEDED -> DeadlineExceeded, OK -> OK.
-func codeConstName(c tunnel.Code) string {
-	if c == tunnel.OK {
+func codeConstName(name string) string {
+	if name == "OK" {
 		return "OK"
 	}
 	var b strings.Builder
-	for _, word := range strings.Split(c.String(), "_") {
+	for _, word := range strings.Split(name, "_") {
 		b.WriteString(word[:1] + strings.ToLower(word[1:]))
 	}
 	return b.String()

@@ -37,6 +37,7 @@ type serviceNames struct {
 	mustEmbed       string // mustEmbedUnimplementedGreeterServer, a method
 	register        string // RegisterGreeterServer
 	serviceDesc     string // Greeter_ServiceDesc
+	serviceInfo     string // Greeter_ServiceInfo
 }
 
 // methodNames are the Go identifiers generated for one method, shown for
@@ -64,6 +65,7 @@ func namesOfService(s *protogen.Service) serviceNames {
 		mustEmbed:       "mustEmbedUnimplemented" + name + "Server",
 		register:        "Register" + name + "Server",
 		serviceDesc:     name + "_ServiceDesc",
+		serviceInfo:     name + "_ServiceInfo",
 	}
 }
 
@@ -78,7 +80,7 @@ func namesOfMethod(s *protogen.Service, m *protogen.Method) methodNames {
 func (n serviceNames) packageLevel() []string {
 	return []string{
 		n.clientInterface, n.clientImpl, n.newClient, n.serverInterface,
-		n.unimplemented, n.unsafe, n.register, n.serviceDesc,
+		n.unimplemented, n.unsafe, n.register, n.serviceDesc, n.serviceInfo,
 	}
 }
 

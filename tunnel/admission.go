@@ -7,11 +7,13 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // Admission control keeps a service's queue below its cap without costing a
 // round trip per call: each client refreshes a backlog figure (request
-// stream length plus retry set size) every heartbeatInterval, and refuses
+// stream length plus retry set size) every wire.BeatInterval, and refuses
 // calls while that figure is at or above the watermark. Async enqueues also
 // check the cap itself inside enqueueScript, so the cap holds even against
 // many clients acting on the same stale figure; nothing already queued is
@@ -28,7 +30,7 @@ const DefaultBacklogWatermark = 0.85
 // backlogStale is how old a backlog figure may be and still be trusted;
 // an older one (Redis unreachable) admits calls, and the cap in
 // enqueueScript still holds.
-const backlogStale = 2 * heartbeatInterval
+const backlogStale = 2 * wire.BeatInterval
 
 // backlog is a client's cached view of one service's queue.
 type backlog struct {
@@ -63,8 +65,8 @@ func (b *backlog) read() (size int64, drained float64, ok bool) {
 // maxBacklog is the cap of method's service: its proto option, else the
 // client's default.
 func (c *Client) maxBacklog(method *MethodDesc) int64 {
-	if method.MaxBacklog > 0 {
-		return method.MaxBacklog
+	if method.Service.MaxBacklog > 0 {
+		return method.Service.MaxBacklog
 	}
 	return c.opts.MaxBacklog
 }
@@ -117,7 +119,7 @@ func (s *clientService) retryAfter(size, capacity int64) time.Duration {
 // RetryAfter returns the retry-after hint of a refused call (a RetryInfo
 // detail), and false when err carries none.
 func RetryAfter(err error) (time.Duration, bool) {
-	e := AsError(err)
+	e := toError(err)
 	if e == nil {
 		return 0, false
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // Receipt is what Enqueue returns once an async request is durably in
@@ -136,7 +138,7 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 		return Receipt{}, err
 	}
 	defer func() { pass.done(err) }()
-	svc, err := c.service(ctx, method.Service, method.Shards)
+	svc, err := c.service(ctx, method.Service.Name, method.Service.Shards)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -148,14 +150,14 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err = c.limit(ctx, svc, full, rid, cfg.header); err != nil {
 		return Receipt{}, err
 	}
-	env := &requestEnvelope{
-		Version:  envelopeVersion,
+	env := &wire.Request{
+		Version:  wire.Version,
 		ID:       rid,
 		Method:   full,
 		Header:   cfg.header,
 		Enqueued: c.clock.toRedis(time.Now()),
 		Attempt:  1,
-		Kind:     kindAsync,
+		Kind:     wire.KindAsync,
 		Payload:  payload,
 		Key:      cfg.idempotencyKey, // "" stands for the request id
 		Retry:    wireRetry(cfg.retry),
@@ -163,7 +165,7 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if cfg.timeout > 0 {
 		env.Timeout = cfg.timeout.Milliseconds()
 	}
-	raw, err := marshalEnvelope(env)
+	raw, err := wire.EncodeRequest(env)
 	if err != nil {
 		return Receipt{}, notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
 	}
@@ -196,10 +198,10 @@ func (c *Client) checkAsync(method *MethodDesc, full, rid string, cfg *callConfi
 // enqueue writes one request through the client's enqueuer and turns the
 // verdict into an error.
 func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lane string, shard int, capacity, due int64, raw []byte) error {
-	sk := c.keys.shard(svc.name, shard)
+	sk := c.keys.Shard(svc.name, shard)
 	item := &enqueuing{
-		stream:   sk.requests(lane),
-		retries:  sk.retries(lane),
+		stream:   sk.Requests(lane),
+		retries:  sk.Retries(lane),
 		capacity: shareOfCap(capacity, int(svc.shards.count.Load())),
 		due:      due,
 		raw:      raw,
@@ -242,22 +244,46 @@ func contextError(ctx context.Context) error {
 }
 
 // wireRetry converts a caller's retry policy for the envelope.
-func wireRetry(p *RetryPolicy) *wireRetryPolicy {
+func wireRetry(p *RetryPolicy) *wire.RetryPolicy {
 	if p == nil {
 		return nil
 	}
-	return &wireRetryPolicy{
+	return &wire.RetryPolicy{
 		MaxAttempts:    p.MaxAttempts,
 		InitialBackoff: p.InitialBackoff.Milliseconds(),
 		MaxBackoff:     p.MaxBackoff.Milliseconds(),
 		Multiplier:     p.Multiplier,
-		RetryableCodes: p.RetryableCodes,
+		RetryableCodes: codesToWire(p.RetryableCodes),
 	}
+}
+
+// codesToWire converts status codes to their wire numbers.
+func codesToWire(codes []Code) []uint32 {
+	if codes == nil {
+		return nil
+	}
+	out := make([]uint32, len(codes))
+	for i, c := range codes {
+		out[i] = uint32(c)
+	}
+	return out
+}
+
+// codesFromWire converts wire numbers to status codes.
+func codesFromWire(codes []uint32) []Code {
+	if codes == nil {
+		return nil
+	}
+	out := make([]Code, len(codes))
+	for i, c := range codes {
+		out[i] = Code(c)
+	}
+	return out
 }
 
 // asyncPolicy is the retry policy of an async request: the caller's when it
 // sent one, else the method's, with DefaultAsyncRetryPolicy for the rest.
-func asyncPolicy(env *requestEnvelope, method *MethodDesc) RetryPolicy {
+func asyncPolicy(env *wire.Request, method *MethodDesc) RetryPolicy {
 	var p *RetryPolicy
 	if env.Retry != nil {
 		p = &RetryPolicy{
@@ -265,7 +291,7 @@ func asyncPolicy(env *requestEnvelope, method *MethodDesc) RetryPolicy {
 			InitialBackoff: time.Duration(env.Retry.InitialBackoff) * time.Millisecond,
 			MaxBackoff:     time.Duration(env.Retry.MaxBackoff) * time.Millisecond,
 			Multiplier:     env.Retry.Multiplier,
-			RetryableCodes: env.Retry.RetryableCodes,
+			RetryableCodes: codesFromWire(env.Retry.RetryableCodes),
 		}
 	} else if method != nil {
 		p = method.Retry

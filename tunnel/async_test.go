@@ -28,7 +28,7 @@ type jobFunc func(ctx context.Context, in *wrapperspb.StringValue) error
 
 func jobMethod(name string, idempotent bool, retry *tunnel.RetryPolicy) tunnel.MethodDesc {
 	return tunnel.MethodDesc{
-		Service:    jobsService,
+		Service:    &jobsInfo,
 		Name:       name,
 		Async:      true,
 		Idempotent: idempotent,
@@ -46,8 +46,10 @@ func jobMethod(name string, idempotent bool, retry *tunnel.RetryPolicy) tunnel.M
 // fastRetry makes retries quick enough for tests.
 var fastRetry = &tunnel.RetryPolicy{MaxAttempts: 3, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 
+var jobsInfo = tunnel.ServiceInfo{Name: jobsService}
+
 var jobsDesc = tunnel.ServiceDesc{
-	ServiceName: jobsService,
+	Service: &jobsInfo,
 	Methods: []tunnel.MethodDesc{
 		jobMethod("Do", false, fastRetry),
 		jobMethod("Redo", true, fastRetry),

@@ -2,10 +2,11 @@ package tunnel
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // Server side of async requests: what happens after a handler returns
@@ -35,7 +36,7 @@ const staleConsumerIdle = time.Hour
 
 // asyncTimeout is the time limit of one attempt of an async request: the
 // caller's WithTimeout, else the method's timeout, else 30s.
-func asyncTimeout(env *requestEnvelope, method *MethodDesc) time.Duration {
+func asyncTimeout(env *wire.Request, method *MethodDesc) time.Duration {
 	switch {
 	case env.Timeout > 0:
 		return time.Duration(env.Timeout) * time.Millisecond
@@ -48,55 +49,55 @@ func asyncTimeout(env *requestEnvelope, method *MethodDesc) time.Duration {
 // asyncOutcome decides what becomes of an async request after an attempt:
 // done on success; otherwise another attempt after a backoff when its
 // policy allows, or the dead-letter stream with the reason.
-func (r *serveRun) asyncOutcome(q *queue, req *received, resp *responseEnvelope, handlerErr error, d beginDecision, log *requestLogger) *completion {
+func (r *serveRun) asyncOutcome(q *queue, req *received, resp *wire.Response, handlerErr error, d store.Decision, log *requestLogger) *completion {
 	s, env := r.server, req.env
 	window := s.opts.IdempotencyWindow
-	if resp.Code == OK {
-		return &completion{action: "done", final: stateSuccess, ttl: window}
+	if Code(resp.Code) == OK {
+		return &completion{Completion: store.Completion{Action: store.ActionDone, Final: wire.StateSuccess, TTL: window}}
 	}
 	if handlerErr == nil {
-		handlerErr = resp.asError()
+		handlerErr = responseError(resp)
 	}
-	respRaw, _ := marshalEnvelope(resp) // a response envelope always encodes
+	respRaw, _ := wire.EncodeResponse(resp) // a response envelope always encodes
 	policy := asyncPolicy(env, req.method)
-	if d.what != "orphan" && policy.retriesAsync(handlerErr, env.Attempt) {
+	if d.Verdict != store.VerdictOrphan && policy.retriesAsync(handlerErr, env.Attempt) {
 		next := wireForm(env)
 		next.Attempt++
-		raw, err := marshalEnvelope(next)
+		raw, err := wire.EncodeRequest(next)
 		if err == nil {
 			backoff := policy.backoff(env.Attempt)
-			log.Warn("rpr: async request failed; will retry", "attempt", env.Attempt, "of", policy.MaxAttempts, "after", backoff, "code", resp.Code, "error", resp.Message)
-			return &completion{action: "retry", target: q.retries, final: stateFailed, ttl: window,
-				resp: respRaw, env: raw, extra: strconv.FormatInt(max(backoff.Milliseconds(), 1), 10)}
+			log.Warn("rpr: async request failed; will retry", "attempt", env.Attempt, "of", policy.MaxAttempts, "after", backoff, "code", Code(resp.Code), "error", resp.Message)
+			return &completion{Completion: store.Completion{Action: store.ActionRetry, Target: q.retries, Final: wire.StateFailed, TTL: window,
+				Response: respRaw, Envelope: raw, Backoff: backoff}}
 		}
 		log.Error("rpr: encode retry envelope; dead-lettering instead", "error", err)
 	}
-	reason := deadLetterReason(handlerErr, resp.Code, env.Attempt, policy, d)
-	log.Error("rpr: async request dead-lettered", "reason", reason, "attempt", env.Attempt, "code", resp.Code, "error", resp.Message)
-	original, err := marshalEnvelope(wireForm(env))
+	reason := deadLetterReason(handlerErr, Code(resp.Code), env.Attempt, policy, d)
+	log.Error("rpr: async request dead-lettered", "reason", reason, "attempt", env.Attempt, "code", Code(resp.Code), "error", resp.Message)
+	original, err := wire.EncodeRequest(wireForm(env))
 	if err != nil {
 		log.Error("rpr: encode dead letter", "error", err)
 	}
-	fields, _ := json.Marshal([]string{
-		"reason", reason,
-		"code", resp.Code.String(),
-		"error", resp.Message,
-		"id", env.ID,
-		"key", env.Key,
-		"method", env.Method,
-		"attempts", strconv.Itoa(env.Attempt),
-		"replays", strconv.Itoa(env.Replays),
-		"enqueued_ms", strconv.FormatInt(env.Enqueued, 10),
-		"worker", s.opts.WorkerID,
-		"lane", s.opts.Lane, // q's lane: where a replay queues it again
-	})
-	return &completion{action: "dead", target: q.keys.deadLetters(), final: stateDead, ttl: window,
-		resp: respRaw, env: original, extra: string(fields)}
+	letter := wire.DeadLetter{
+		Reason:     reason,
+		Code:       Code(resp.Code).String(),
+		Error:      resp.Message,
+		ID:         env.ID,
+		Key:        env.Key,
+		Method:     env.Method,
+		Attempts:   env.Attempt,
+		Replays:    env.Replays,
+		EnqueuedMs: env.Enqueued,
+		Worker:     s.opts.WorkerID,
+		Lane:       s.opts.Lane, // q's lane: where a replay queues it again
+	}
+	return &completion{Completion: store.Completion{Action: store.ActionDead, Target: q.keys.DeadLetters(), Final: wire.StateDead, TTL: window,
+		Response: respRaw, Envelope: original, Letter: letter}}
 }
 
 // wireForm returns a copy of env as it travels: without the idempotency
 // key when that is the request id.
-func wireForm(env *requestEnvelope) *requestEnvelope {
+func wireForm(env *wire.Request) *wire.Request {
 	out := *env
 	if out.Key == out.ID {
 		out.Key = ""
@@ -105,10 +106,10 @@ func wireForm(env *requestEnvelope) *requestEnvelope {
 }
 
 // deadLetterReason says in a few words why a request was dead-lettered.
-func deadLetterReason(err error, code Code, attempt int, p RetryPolicy, d beginDecision) string {
+func deadLetterReason(err error, code Code, attempt int, p RetryPolicy, d store.Decision) string {
 	switch {
-	case d.what == "orphan":
-		return fmt.Sprintf("outcome unknown: worker %s died while running it and the method is not idempotent", d.detail)
+	case d.Verdict == store.VerdictOrphan:
+		return fmt.Sprintf("outcome unknown: worker %s died while running it and the method is not idempotent", d.Detail)
 	case IsPermanent(err):
 		return "permanent error (tunnel.Permanent)"
 	case attempt >= p.MaxAttempts:
@@ -125,30 +126,31 @@ func deadLetterReason(err error, code Code, attempt int, p RetryPolicy, d beginD
 // entries.
 func (r *serveRun) moveDue(ctx context.Context, q *queue) {
 	s := r.server
-	keys := []string{q.retries, q.requests}
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	for {
 		wait := s.opts.RetryPollInterval
 		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		res, err := moveDueScript.Run(runCtx, s.rdb, keys, moveBatch).Int64Slice()
+		call := store.NewMoveDue(q.retries, q.requests, moveBatch)
+		store.Run(runCtx, s.rdb, &call.Call)
+		moved, next, err := call.Result()
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil || len(res) != 2:
+		case err != nil:
 			s.log.Warn("rpr: move due retries", "service", q.name, "error", err)
 			backoff.wait(ctx)
 			continue
 		}
 		backoff.reset()
-		if res[0] > 0 {
-			s.log.Debug("rpr: moved due async requests to the queue", "service", q.name, "count", res[0])
+		if moved > 0 {
+			s.log.Debug("rpr: moved due async requests to the queue", "service", q.name, "count", moved)
 		}
 		switch {
-		case res[0] == moveBatch:
+		case moved == moveBatch:
 			wait = 0
-		case res[1] >= 0:
-			wait = min(wait, time.Duration(res[1])*time.Millisecond)
+		case next >= 0:
+			wait = min(wait, next)
 		}
 		if wait > 0 {
 			select {
@@ -173,7 +175,9 @@ func (r *serveRun) tidy(ctx context.Context, q *queue) {
 		case <-t.C:
 		}
 		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		res, err := janitorScript.Run(runCtx, s.rdb, []string{q.requests}, staleConsumerIdle.Milliseconds()).Int64Slice()
+		call := store.NewJanitor(q.requests, staleConsumerIdle)
+		store.Run(runCtx, s.rdb, &call.Call)
+		trimmed, forgotten, err := call.Result()
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -181,8 +185,8 @@ func (r *serveRun) tidy(ctx context.Context, q *queue) {
 			}
 			continue
 		}
-		if len(res) == 2 && (res[0] > 0 || res[1] > 0) {
-			s.log.Debug("rpr: tidied request stream", "stream", q.requests, "trimmed", res[0], "consumers_forgotten", res[1])
+		if trimmed > 0 || forgotten > 0 {
+			s.log.Debug("rpr: tidied request stream", "stream", q.requests, "trimmed", trimmed, "consumers_forgotten", forgotten)
 		}
 	}
 }

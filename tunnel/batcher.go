@@ -2,18 +2,19 @@ package tunnel
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // pipelineOp is one command waiting to leave in a pipeline.
 type pipelineOp struct {
 	command pipelineCommand
-	// script, when set, is the Lua script the command runs with EVALSHA;
-	// on NOSCRIPT the op is sent again with EVAL.
-	script *scriptCall
+	// script, when set, is the script call the command is: recovered
+	// (sent again with EVAL) when Redis did not have the script.
+	script *store.Call
 	// state moves from opQueued to opTaken when a flusher takes the op,
 	// or to opAbandoned when its submitter gives up first.
 	state atomic.Int32
@@ -44,34 +45,23 @@ func (op *pipelineOp) abandon() bool {
 	return op.state.CompareAndSwap(opQueued, opAbandoned)
 }
 
-// scriptCall is a Lua script invocation.
-type scriptCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-}
-
-func (s *scriptCall) evalSha(ctx context.Context, c redis.Cmdable) redis.Cmder {
-	return s.script.EvalSha(ctx, c, s.keys, s.args...)
-}
-
-// scriptOp returns an op that runs a script and hands the finished
-// command to done.
-func scriptOp(call *scriptCall, done func(redis.Cmder)) *pipelineOp {
+// scriptOp returns an op that runs a script call and hands its error to
+// done.
+func scriptOp(call *store.Call, done func(error)) *pipelineOp {
 	return &pipelineOp{command: scriptCommand{call: call, done: done}, script: call}
 }
 
 // scriptCommand is a script call as a pipelineCommand.
 type scriptCommand struct {
-	call *scriptCall
-	done func(redis.Cmder)
+	call *store.Call
+	done func(error)
 }
 
 func (s scriptCommand) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
-	return s.call.evalSha(ctx, c)
+	return s.call.Queue(ctx, c)
 }
 
-func (s scriptCommand) finished(cmd redis.Cmder) { s.done(cmd) }
+func (s scriptCommand) finished(redis.Cmder) { s.done(s.call.Err()) }
 
 // batcher coalesces commands from many goroutines into pipelines (see
 // coalescer): a lone command leaves at once; under load, commands that
@@ -82,14 +72,14 @@ type batcher struct {
 }
 
 // newBatcher starts a batcher; stop it with close.
-func newBatcher(rdb redis.UniversalClient, flushers, maxBatch, queueSize int, observe func(size int, full bool)) *batcher {
-	b := &batcher{rdb: rdb}
+func newBatcher(client redis.UniversalClient, flushers, maxBatch, queueSize int, observe func(size int, full bool)) *batcher {
+	b := &batcher{rdb: client}
 	b.coalescer = newCoalescer(flushers, maxBatch, queueSize, b.flush, observe)
 	return b
 }
 
-// flush sends batch in one pipeline and hands each op its result. Ops
-// whose script was missing (NOSCRIPT) are sent again with EVAL.
+// flush sends batch in one pipeline and hands each op its result. Script
+// calls whose script was missing are recovered first.
 func (b *batcher) flush(batch []*pipelineOp) {
 	// Ops must complete even when their submitter's context has ended
 	// (a server completion must be written whatever happens to the call),
@@ -115,14 +105,9 @@ func (b *batcher) flush(batch []*pipelineOp) {
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
 	for i, op := range live {
-		cmd := cmds[i]
-		if op.script != nil && isNoScript(cmd.Err()) {
-			cmd = op.script.script.Eval(ctx, b.rdb, op.script.keys, op.script.args...)
+		if op.script != nil {
+			op.script.Recover(ctx, b.rdb)
 		}
-		op.command.finished(cmd)
+		op.command.finished(cmds[i])
 	}
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }

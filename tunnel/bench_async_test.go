@@ -38,8 +38,9 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	var processed atomic.Int64
 	done := make(chan struct{})
 	var target atomic.Int64
-	counting := tunnel.ServiceDesc{ServiceName: jobsService, Methods: []tunnel.MethodDesc{{
-		Service: jobsService, Name: "Do", Async: true,
+	info := &tunnel.ServiceInfo{Name: jobsService}
+	counting := tunnel.ServiceDesc{Service: info, Methods: []tunnel.MethodDesc{{
+		Service: info, Name: "Do", Async: true,
 		Handler: func(_ any, _ context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			if err := decode(new(wrapperspb.StringValue)); err != nil {
 				return nil, err

@@ -121,8 +121,9 @@ func clusterSample(b *testing.B, rdb *redis.ClusterClient) redisinfo.Sample {
 // echoServiceDesc is a one-method echo service named name, with shards
 // shards.
 func echoServiceDesc(name string, shards int) *tunnel.ServiceDesc {
-	return &tunnel.ServiceDesc{ServiceName: name, Methods: []tunnel.MethodDesc{{
-		Service: name, Name: "Echo", Shards: shards,
+	info := &tunnel.ServiceInfo{Name: name, Shards: shards}
+	return &tunnel.ServiceDesc{Service: info, Methods: []tunnel.MethodDesc{{
+		Service: info, Name: "Echo",
 		Handler: func(_ any, _ context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			in := new(wrapperspb.StringValue)
 			return in, decode(in)

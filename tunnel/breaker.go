@@ -287,7 +287,7 @@ func serviceOutcome(err error) outcome {
 	if err == nil {
 		return outcomeSuccess
 	}
-	e := AsError(err)
+	e := toError(err)
 	switch {
 	case e.code == Canceled:
 		// Cancelled by its caller (or the client closed): excluded rather
@@ -311,7 +311,7 @@ func redisOutcome(err error) outcome {
 	if err == nil {
 		return outcomeSuccess
 	}
-	e := AsError(err)
+	e := toError(err)
 	switch {
 	case errors.Is(err, errNoLiveServer):
 		return outcomeSuccess // Redis answered: the service has no worker
@@ -348,7 +348,7 @@ func (br *breaker) report(done func(error), err error) {
 		done(errExcluded)
 	default:
 		br.mu.Lock()
-		br.lastErr = AsError(err).Message()
+		br.lastErr = toError(err).Message()
 		br.mu.Unlock()
 		done(errBreakerFailure)
 	}

@@ -17,6 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // DefaultMaxMessageBytes is the default limit on request and response
@@ -25,11 +28,11 @@ const DefaultMaxMessageBytes = 4 << 20
 
 // ClientOptions configure a Client. The zero value works.
 type ClientOptions struct {
-	// App is the four-character business code placed in request ids
+	// BizCode is the four-character business code placed in request ids
 	// (A-Z, 0-9), e.g. "ORD1". A service's (rpr.v1.service).biz_code takes
 	// precedence; when neither is set, a code is derived from the service
 	// name.
-	App string
+	BizCode string
 	// ID names this client instance in key names and logs. Default:
 	// host-pid-random. Two live clients must not share an id.
 	ID string
@@ -90,12 +93,8 @@ type ClientOptions struct {
 	Shards map[string]int
 }
 
-// responseGroup is the consumer group a client reads its response stream
-// through.
-const responseGroup = "client"
-
 // responseStreamTTL is how long a client's response stream outlives the
-// client: the client refreshes it every heartbeatInterval, so it expires
+// client: the client refreshes it every wire.BeatInterval, so it expires
 // this long after the client is gone.
 const responseStreamTTL = time.Minute
 
@@ -109,7 +108,7 @@ const responseStreamTTL = time.Minute
 type Client struct {
 	rdb         redis.UniversalClient
 	opts        ClientOptions
-	keys        keyspace
+	keys        store.Keyspace
 	log         *slog.Logger
 	interceptor UnaryClientInterceptor
 	writer      *batcher
@@ -140,9 +139,9 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("rpr: NewClient: redis client is nil (use tunnel.Open)")
 	}
-	if opts.App != "" {
-		if err := ValidateBizCode(opts.App); err != nil {
-			return nil, fmt.Errorf("rpr: ClientOptions.App: %w", err)
+	if opts.BizCode != "" {
+		if err := ValidateBizCode(opts.BizCode); err != nil {
+			return nil, fmt.Errorf("rpr: ClientOptions.BizCode: %w", err)
 		}
 	}
 	if opts.ID == "" {
@@ -197,7 +196,7 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 		breakers:    breakers,
 		rdb:         rdb,
 		opts:        opts,
-		keys:        keyspace{prefix: opts.Prefix},
+		keys:        store.NewKeyspace(opts.Prefix),
 		log:         opts.Logger.With("rpr_client", opts.ID),
 		interceptor: chainClientInterceptors(opts.Interceptors),
 		// One send in flight at a time: calls that arrive meanwhile leave
@@ -230,7 +229,7 @@ func (c *Client) Invoke(ctx context.Context, method *MethodDesc, req, reply prot
 
 // callResult is what a waiting call receives.
 type callResult struct {
-	resp *responseEnvelope
+	resp *wire.Response
 	err  error
 }
 
@@ -344,12 +343,12 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	full, rid := call.full, call.id
 	// Circuit breakers (breaker.go): fail at once while Redis or the
 	// service is down; report this attempt's outcome when it ends.
-	pass, err := c.breakers.allow(call.method.Service, full, rid)
+	pass, err := c.breakers.allow(call.method.Service.Name, full, rid)
 	if err != nil {
 		return err
 	}
 	defer func() { pass.done(err) }()
-	svc, err := c.service(ctx, call.method.Service, call.method.Shards)
+	svc, err := c.service(ctx, call.method.Service.Name, call.method.Service.Shards)
 	if err != nil {
 		return err
 	}
@@ -366,7 +365,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	}
 	live, err := c.anyLiveWorker(ctx, svc, call.lane)
 	if err != nil {
-		return notExecutedf(Unavailable, "%s [%s]: cannot reach Redis to look for servers of %s: %v", full, rid, call.method.Service, err)
+		return notExecutedf(Unavailable, "%s [%s]: cannot reach Redis to look for servers of %s: %v", full, rid, call.method.Service.Name, err)
 	}
 	if !live {
 		return noLiveServer(c.noLiveServerError(svc, full, rid, call.lane))
@@ -378,8 +377,8 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	}
 
 	deadline, _ := ctx.Deadline()
-	raw, err := marshalEnvelope(&requestEnvelope{
-		Version:  envelopeVersion,
+	raw, err := wire.EncodeRequest(&wire.Request{
+		Version:  wire.Version,
 		ID:       rid,
 		Method:   full,
 		Deadline: c.clock.toRedis(deadline),
@@ -387,7 +386,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		ReplyTo:  responses.key,
 		Enqueued: c.clock.toRedis(time.Now()),
 		Attempt:  attempt,
-		Kind:     kindUnary,
+		Kind:     wire.KindUnary,
 		Payload:  call.payload,
 	})
 	if err != nil {
@@ -440,7 +439,7 @@ type sendOp struct {
 // call's response channel: a call's one wake-up is its outcome.
 func newSendOp(svc *clientService, call *outgoingCall, stream string, raw []byte) *sendOp {
 	op := &sendOp{svc: svc, call: call, sent: make(chan struct{})}
-	op.values = [2]any{envelopeField, raw}
+	op.values = [2]any{wire.Field, raw}
 	op.args = redis.XAddArgs{Stream: stream, Values: op.values[:]}
 	op.command = op
 	return op
@@ -484,9 +483,9 @@ const arbiterBudget = 500 * time.Millisecond
 // whether it provably did not run (NotExecuted). A request that never left
 // this process needs no mark.
 func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool, entryID string) error {
-	code, mark, what := DeadlineExceeded, "TIMEOUT", "deadline exceeded"
+	code, mark, what := DeadlineExceeded, wire.StateTimeout, "deadline exceeded"
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		code, mark, what = Canceled, "CANCELLED", "call cancelled by the caller"
+		code, mark, what = Canceled, wire.StateCancelled, "call cancelled by the caller"
 	}
 	prefix := fmt.Sprintf("%s [%s]: %s", call.full, call.id, what)
 	if !maybeSent {
@@ -494,23 +493,22 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool,
 	}
 	actx, cancel := context.WithTimeout(context.Background(), arbiterBudget)
 	defer cancel()
-	shard := c.keys.shard(call.method.Service, call.shard)
-	res, err := arbiterScript.Run(actx, c.rdb,
-		[]string{shard.state(call.id), shard.requests(call.lane)},
-		mark, stateMargin.Milliseconds(), c.keys.cancels(call.method.Service), call.id, entryID, workersGroup).Slice()
-	if err != nil || len(res) != 2 {
+	service := call.method.Service.Name
+	shard := c.keys.Shard(service, call.shard)
+	arbiter := store.NewArbiter(shard, shard.Requests(call.lane), c.keys.Cancels(service), call.id, entryID, mark, stateMargin)
+	store.Run(actx, c.rdb, &arbiter.Call)
+	won, state, err := arbiter.Result()
+	if err != nil {
 		return Errorf(code, "%s; whether it was executed is unknown (could not reach Redis to settle it: %v)", prefix, err)
 	}
-	won, _ := res[0].(int64)
-	state, _ := res[1].(string)
 	switch {
-	case won == 1 || state == "TIMEOUT" || state == "CANCELLED":
+	case won || state == wire.StateTimeout || state == wire.StateCancelled:
 		return notExecutedf(code, "%s while the request waited in the queue; it was not executed and will not be", prefix)
-	case state == "PROCESSING" || state == "DELIVERED":
+	case state == wire.StateProcessing || state == store.ArbiterDelivered:
 		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)
-	case state == "FINISHED":
+	case state == store.ArbiterFinished:
 		return Errorf(code, "%s while the request was executing on a server; it may have taken effect (it ended just as the caller gave up, too late for its answer)", prefix)
-	case state == "UNKNOWN":
+	case state == store.ArbiterUnknown:
 		return Errorf(code, "%s; whether it was executed is unknown (Redis's reply to the send was lost)", prefix)
 	default: // SUCCESS or FAILED: finished just as the caller gave up
 		return Errorf(code, "%s while the request was executing; it ran and ended %s just as the caller gave up", prefix, state)
@@ -558,7 +556,7 @@ func (c *Client) noLiveServerError(svc *clientService, full, rid, lane string) *
 	if lane != DefaultLane && svc.liveWorkers("") > 0 {
 		return notExecutedf(Unavailable, "%s [%s]: no live server in lane %s of service %s (servers of other lanes are up): start one with ServerOptions.Lane %q, or route the method elsewhere (`rpr routes`)", full, rid, lane, svc.name, lane)
 	}
-	return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, svc.name, liveWindow, c.opts.Prefix)
+	return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, svc.name, wire.LiveWindow, c.opts.Prefix)
 }
 
 // route picks the lane and shard of a call: the lane from WithLane, else
@@ -567,7 +565,7 @@ func (c *Client) noLiveServerError(svc *clientService, full, rid, lane string) *
 func (c *Client) route(svc *clientService, method *MethodDesc, cfg *callConfig, key string) (lane string, shard int) {
 	lane = cfg.lane
 	if lane == "" {
-		lane = svc.routes.lane(method.Service, method.Name, cfg.header)
+		lane = svc.routes.lane(method.Service.Name, method.Name, cfg.header)
 	}
 	return lane, svc.shards.pick(key)
 }
@@ -575,24 +573,24 @@ func (c *Client) route(svc *clientService, method *MethodDesc, cfg *callConfig, 
 // bizCode picks the business code for a call's request id.
 func (c *Client) bizCode(method *MethodDesc) string {
 	switch {
-	case method.BizCode != "":
-		return method.BizCode
-	case c.opts.App != "":
-		return c.opts.App
+	case method.Service.BizCode != "":
+		return method.Service.BizCode
+	case c.opts.BizCode != "":
+		return c.opts.BizCode
 	}
-	return bizCodeForService(method.Service)
+	return bizCodeForService(method.Service.Name)
 }
 
 // finish turns a response envelope into reply or an error.
-func (c *Client) finish(full string, resp *responseEnvelope, reply proto.Message, cfg *callConfig) error {
+func (c *Client) finish(full string, resp *wire.Response, reply proto.Message, cfg *callConfig) error {
 	if cfg.responseHeader != nil {
 		*cfg.responseHeader = resp.Header
 	}
 	if cfg.trailer != nil {
 		*cfg.trailer = resp.Trailer
 	}
-	if resp.Code != OK {
-		e := &Error{code: resp.Code, message: resp.Message}
+	if Code(resp.Code) != OK {
+		e := &Error{code: Code(resp.Code), message: resp.Message}
 		for _, raw := range resp.Details {
 			a := new(anypb.Any)
 			if err := proto.Unmarshal(raw, a); err != nil {

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // clientService is what a Client keeps per service it calls: which workers
@@ -50,14 +53,14 @@ type responseStream struct {
 
 // requestStream names the request stream of lane in shard. The default
 // lane's names, which nearly every call needs, are made once.
-func (s *clientService) requestStream(keys keyspace, shard int, lane string) string {
+func (s *clientService) requestStream(keys store.Keyspace, shard int, lane string) string {
 	if lane != DefaultLane && lane != "" {
-		return keys.shard(s.name, shard).requests(lane)
+		return keys.Shard(s.name, shard).Requests(lane)
 	}
 	if name := s.defaultRequests[shard].Load(); name != nil {
 		return *name
 	}
-	name := keys.shard(s.name, shard).requests(DefaultLane)
+	name := keys.Shard(s.name, shard).Requests(DefaultLane)
 	s.defaultRequests[shard].Store(&name)
 	return name
 }
@@ -143,7 +146,7 @@ func (c *Client) startService(s *clientService) {
 		return
 	}
 	close(s.ready)
-	c.routeChanges.watch(c.keys.routesChanged(s.name), s.kick)
+	c.routeChanges.watch(c.keys.RoutesChanged(s.name), s.kick)
 	c.wg.Add(1)
 	go c.watch(s)
 }
@@ -177,7 +180,7 @@ func (c *Client) openResponses(ctx context.Context, s *clientService, shard int)
 	if err != nil {
 		return nil, notExecutedf(ResourceExhausted, "%s: %v", s.name, err)
 	}
-	rs := &responseStream{key: c.keys.shard(s.name, shard).responses(c.opts.ID)}
+	rs := &responseStream{key: c.keys.Shard(s.name, shard).Responses(c.opts.ID)}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := c.createResponseStream(ctx, rs); err != nil {
@@ -198,7 +201,7 @@ func (c *Client) openResponses(ctx context.Context, s *clientService, shard int)
 // createResponseStream makes the response stream and its group (both may
 // exist already after a reconnect) and sets its expiry.
 func (c *Client) createResponseStream(ctx context.Context, rs *responseStream) error {
-	err := c.rdb.XGroupCreateMkStream(ctx, rs.key, responseGroup, "$").Err()
+	err := c.rdb.XGroupCreateMkStream(ctx, rs.key, store.ResponseGroup, "$").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("create %s: %w", rs.key, err)
 	}
@@ -218,16 +221,16 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	pipe := c.rdb.Pipeline()
 	sentAt := time.Now()
 	timeCmd := pipe.Time(ctx)
-	workers := pipe.HGetAll(ctx, c.keys.workers(s.name))
-	routes := pipe.HGetAll(ctx, c.keys.routes(s.name))
-	count := pipe.Get(ctx, c.keys.shardCount(s.name))
-	limits := pipe.HGetAll(ctx, c.keys.limits(s.name)) // rate limits (limiter.go)
+	workers := pipe.HGetAll(ctx, c.keys.Workers(s.name))
+	routes := pipe.HGetAll(ctx, c.keys.Routes(s.name))
+	count := pipe.Get(ctx, c.keys.ShardCount(s.name))
+	limits := pipe.HGetAll(ctx, c.keys.Limits(s.name)) // rate limits (limiter.go)
 	lanes := append([]string{DefaultLane}, s.routes.lanes()...)
 	var queued []*redis.IntCmd
 	for shard := range int(s.shards.count.Load()) {
-		sk := c.keys.shard(s.name, shard)
+		sk := c.keys.Shard(s.name, shard)
 		for _, lane := range lanes {
-			queued = append(queued, pipe.XLen(ctx, sk.requests(lane)), pipe.ZCard(ctx, sk.retries(lane)))
+			queued = append(queued, pipe.XLen(ctx, sk.Requests(lane)), pipe.ZCard(ctx, sk.Retries(lane)))
 		}
 	}
 	streams := s.responseStreams()
@@ -246,7 +249,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	}
 	redisNow := timeCmd.Val()
 	c.clock.observe(redisNow, sentAt, time.Now())
-	live := liveWorkersByLane(workers.Val(), redisNow.UnixMilli())
+	live := wire.LiveByLane(workers.Val(), redisNow.UnixMilli(), DefaultLane)
 	s.liveByLane.Store(&live)
 	var size int64
 	for _, cmd := range queued {
@@ -255,7 +258,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	s.backlog.observe(size, sentAt)
 	c.observeShards(s, count)
 	if err := routes.Err(); err != nil {
-		c.log.Warn("rpr: read routing table; keeping the last one read", "key", c.keys.routes(s.name), "error", err)
+		c.log.Warn("rpr: read routing table; keeping the last one read", "key", c.keys.Routes(s.name), "error", err)
 	} else if errs := s.routes.observe(s.name, routes.Val()); len(errs) > 0 {
 		c.log.Warn("rpr: routing table has entries that do not decode; they are ignored", "service", s.name, "error", errors.Join(errs...))
 	}
@@ -263,7 +266,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 		// A broken limits key (say, set by hand to another type) must not
 		// stop liveness and backlog from being refreshed: keep the last
 		// rules and say what is wrong.
-		c.log.Warn("rpr: read rate limits; keeping the last ones read", "key", c.keys.limits(s.name), "error", err)
+		c.log.Warn("rpr: read rate limits; keeping the last ones read", "key", c.keys.Limits(s.name), "error", err)
 	} else {
 		c.observeLimits(s, limits.Val())
 	}
@@ -294,11 +297,11 @@ func (c *Client) observeShards(s *clientService, count *redis.StringCmd) {
 	}
 }
 
-// watch refreshes s every heartbeatInterval, and at once when its routing
+// watch refreshes s every wire.BeatInterval, and at once when its routing
 // table changes, until the client closes.
 func (c *Client) watch(s *clientService) {
 	defer c.wg.Done()
-	t := time.NewTicker(heartbeatInterval)
+	t := time.NewTicker(wire.BeatInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -307,7 +310,7 @@ func (c *Client) watch(s *clientService) {
 		case <-t.C:
 		case <-s.kick:
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, heartbeatInterval*3)
+		ctx, cancel := context.WithTimeout(c.ctx, wire.BeatInterval*3)
 		if err := c.refresh(ctx, s); err != nil && c.ctx.Err() == nil {
 			c.log.Warn("rpr: refresh service state", "service", s.name, "error", err)
 		}
@@ -322,7 +325,7 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	for c.ctx.Err() == nil {
 		streams, err := c.rdb.XReadGroup(c.ctx, &redis.XReadGroupArgs{
-			Group:    responseGroup,
+			Group:    store.ResponseGroup,
 			Consumer: c.opts.ID,
 			Streams:  []string{rs.key, ">"},
 			Count:    256,
@@ -363,10 +366,10 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 
 // deliver decodes one response and hands it to the call waiting for it.
 func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessage) {
-	raw, _ := msg.Values[envelopeField].(string)
-	resp, err := decodeResponseString(raw)
+	raw, _ := msg.Values[wire.Field].(string)
+	resp, err := wire.DecodeResponseString(raw)
 	if err != nil {
-		id, _ := peekReplyAddress([]byte(raw))
+		id, _ := wire.PeekReplyAddress([]byte(raw))
 		c.log.Error("rpr: undecodable response", "stream", rs.key, "entry", msg.ID, "request_id", id, "error", err)
 		if id != "" {
 			s.complete(id, callResult{err: Errorf(Internal, "%s [%s]: undecodable response from the server: %v", s.name, id, err)})

@@ -1,6 +1,10 @@
 package tunnel
 
-import "strconv"
+import (
+	"fmt"
+
+	"github.com/rprtunnel/rpr/internal/wire"
+)
 
 // Code is a status code. rpr uses gRPC's code set and numbering, so codes
 // mean the same thing on both sides of a gateway and in dashboards.
@@ -27,44 +31,26 @@ const (
 	Unauthenticated    Code = 16 // The caller has no valid credentials.
 )
 
-var codeNames = [...]string{
-	OK:                 "OK",
-	Canceled:           "CANCELED",
-	Unknown:            "UNKNOWN",
-	InvalidArgument:    "INVALID_ARGUMENT",
-	DeadlineExceeded:   "DEADLINE_EXCEEDED",
-	NotFound:           "NOT_FOUND",
-	AlreadyExists:      "ALREADY_EXISTS",
-	PermissionDenied:   "PERMISSION_DENIED",
-	ResourceExhausted:  "RESOURCE_EXHAUSTED",
-	FailedPrecondition: "FAILED_PRECONDITION",
-	Aborted:            "ABORTED",
-	OutOfRange:         "OUT_OF_RANGE",
-	Unimplemented:      "UNIMPLEMENTED",
-	Internal:           "INTERNAL",
-	Unavailable:        "UNAVAILABLE",
-	DataLoss:           "DATA_LOSS",
-	Unauthenticated:    "UNAUTHENTICATED",
-}
-
 // String returns the code's canonical upper-case name, e.g. "NOT_FOUND".
-func (c Code) String() string {
-	if int(c) < len(codeNames) {
-		return codeNames[c]
-	}
-	return "CODE(" + strconv.FormatUint(uint64(c), 10) + ")"
-}
+func (c Code) String() string { return wire.CodeName(uint32(c)) }
 
 // ParseCode reads a code from its canonical name ("NOT_FOUND") or number.
 func ParseCode(s string) (Code, bool) {
-	for i, name := range codeNames {
-		if name == s {
-			return Code(i), true
-		}
+	n, ok := wire.ParseCode(s)
+	return Code(n), ok
+}
+
+// MarshalText writes the code's canonical name, so that a Code in JSON,
+// YAML or a flag reads "NOT_FOUND" rather than 5.
+func (c Code) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText reads a code from its canonical name or number, as
+// ParseCode does.
+func (c *Code) UnmarshalText(text []byte) error {
+	code, ok := ParseCode(string(text))
+	if !ok {
+		return fmt.Errorf("rpr: %q is not a status code; use a name such as \"UNAVAILABLE\" or a number from 0 to 16", text)
 	}
-	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil || n >= uint64(len(codeNames)) {
-		return 0, false
-	}
-	return Code(n), true
+	*c = code
+	return nil
 }

@@ -2,30 +2,21 @@ package tunnel
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
-// actionAnswer is the completion of a unary request on the fast path
-// (answerScript); the other actions are completeScript's.
-const actionAnswer = "answer"
-
-// completion is one request's outcome waiting to be written (see
-// answerScript and completeScript for the actions).
+// completion is one request's outcome waiting to be written: a fast-path
+// answer (store.Answer) when fast, else a store.Completion.
 type completion struct {
-	queue  *queue
-	req    *received
-	action string        // answer, reply, done, retry or dead
-	target string        // reply stream, retry set or dead-letter stream
-	final  string        // the state to record
-	ttl    time.Duration // how long the state keeps the outcome
-	resp   []byte        // response envelope kept in the state (and the reply)
-	env    []byte        // request envelope to retry or dead-letter
-	extra  string        // retry: backoff ms; dead: JSON field/value pairs
-	// result receives the script's verdict (1 written, 0 caller gone, -1
-	// fenced) or an error.
+	queue *queue
+	req   *received
+	fast  bool
+	store.Completion
+	// result receives the verdict (store.Written, store.CallerGone or
+	// store.Fenced) or an error.
 	result chan completionResult
 }
 
@@ -44,8 +35,8 @@ type completer struct {
 	workerID string
 }
 
-func newCompleter(rdb redis.UniversalClient, workerID string, queueSize int, observe func(size int, full bool)) *completer {
-	c := &completer{rdb: rdb, workerID: workerID}
+func newCompleter(client redis.UniversalClient, workerID string, queueSize int, observe func(size int, full bool)) *completer {
+	c := &completer{rdb: client, workerID: workerID}
 	// One flush in flight, as for the client's sends (see NewClient).
 	c.coalescer = newCoalescer(1, 256, queueSize, c.flush, observe)
 	return c
@@ -61,30 +52,29 @@ func (c *completer) complete(comp *completion) completionResult {
 }
 
 // completionGroup is the completions of one queue and kind, written by one
-// script call.
+// script call: answers, or the rest.
 type completionGroup struct {
-	queue  *queue
-	answer bool // answerScript; else completeScript
-	items  []*completion
-	call   scriptCall
-	cmd    *redis.Cmd
+	queue    *queue
+	fast     bool
+	items    []*completion
+	answers  *store.Answer
+	complete *store.Complete
 }
 
-// add appends comp to the group's script call.
-func (g *completionGroup) add(comp *completion) {
-	g.items = append(g.items, comp)
-	if g.answer {
-		g.call.keys = append(g.call.keys, comp.target)
-		g.call.args = append(g.call.args, comp.req.entryID, comp.resp)
-		return
+// call returns the group's script call.
+func (g *completionGroup) call() *store.Call {
+	if g.fast {
+		return &g.answers.Call
 	}
-	target := comp.target
-	if target == "" {
-		target = comp.req.state // any key of the shard; not written
+	return &g.complete.Call
+}
+
+// result returns the group's verdicts.
+func (g *completionGroup) result() ([]int64, error) {
+	if g.fast {
+		return g.answers.Result()
 	}
-	g.call.keys = append(g.call.keys, target, comp.req.state)
-	g.call.args = append(g.call.args, comp.req.entryID, comp.action, comp.final,
-		max(comp.ttl, time.Millisecond).Milliseconds(), comp.resp, comp.env, comp.extra)
+	return g.complete.Result()
 }
 
 // flush writes batch, one script call per queue and kind.
@@ -96,36 +86,28 @@ func (c *completer) flush(batch []*completion) {
 	for _, comp := range batch {
 		g := groupFor(groups, comp)
 		if g == nil {
-			g = &completionGroup{queue: comp.queue, answer: comp.action == actionAnswer}
-			g.call.keys = append(make([]string, 0, 1+2*len(batch)), comp.queue.requests)
-			g.call.args = []any{workersGroup}
-			g.call.script = answerScript
-			if !g.answer {
-				g.call.script = completeScript
-				g.call.args = append(g.call.args, c.workerID)
+			g = &completionGroup{queue: comp.queue, fast: comp.fast}
+			if g.fast {
+				g.answers = store.NewAnswer(comp.queue.requests, len(batch))
+			} else {
+				g.complete = store.NewComplete(comp.queue.requests, c.workerID, len(batch))
 			}
 			groups = append(groups, g)
 		}
-		g.add(comp)
-	}
-	if len(groups) == 1 {
-		// One script call needs no pipeline.
-		groups[0].cmd = groups[0].call.script.EvalSha(ctx, c.rdb, groups[0].call.keys, groups[0].call.args...)
-	} else {
-		pipe := c.rdb.Pipeline()
-		for _, g := range groups {
-			g.cmd = g.call.script.EvalSha(ctx, pipe, g.call.keys, g.call.args...)
+		g.items = append(g.items, comp)
+		if g.fast {
+			g.answers.Add(comp.Target, comp.EntryID, comp.Response)
+		} else {
+			g.complete.Add(&comp.Completion)
 		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
+	calls := make([]*store.Call, len(groups))
+	for i, g := range groups {
+		calls[i] = g.call()
+	}
+	store.Run(ctx, c.rdb, calls...)
 	for _, g := range groups {
-		if isNoScript(g.cmd.Err()) {
-			g.cmd = g.call.script.Eval(ctx, c.rdb, g.call.keys, g.call.args...)
-		}
-		results, err := g.cmd.Int64Slice()
-		if err == nil && len(results) != len(g.items) {
-			err = fmt.Errorf("completion script answered %d results for %d requests", len(results), len(g.items))
-		}
+		results, err := g.result()
 		for i, comp := range g.items {
 			if err != nil {
 				comp.result <- completionResult{err: err}
@@ -139,9 +121,8 @@ func (c *completer) flush(batch []*completion) {
 // groupFor returns the group comp belongs to, nil if there is none yet.
 // Batches hold few queues, so a scan beats a map.
 func groupFor(groups []*completionGroup, comp *completion) *completionGroup {
-	answer := comp.action == actionAnswer
 	for _, g := range groups {
-		if g.queue == comp.queue && g.answer == answer {
+		if g.queue == comp.queue && g.fast == comp.fast {
 			return g
 		}
 	}

@@ -7,11 +7,27 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// SupportPackageIsVersion1 is referenced by code generated with
-// protoc-gen-rpr. Generated code that needs a newer runtime refers to a
-// constant this package does not have yet, so a mismatch fails at compile
-// time instead of misbehaving at run time.
-const SupportPackageIsVersion1 = true
+// SupportPackageIsVersion2 is referenced by code generated with
+// protoc-gen-rpr for version 2 of the contract between generated code and
+// this package (ClientConn, ServiceInfo, ServiceDesc.File). Generated code
+// written for another version names a constant this package does not
+// have, so a mismatch fails at compile time, on a line whose comment says
+// to regenerate, instead of misbehaving at run time.
+const SupportPackageIsVersion2 = true
+
+// ClientConn is what generated clients send their calls through. *Client
+// implements it; a test can pass a fake, and a program can pass a wrapper
+// that records, routes or rewrites calls before handing them on.
+type ClientConn interface {
+	// Invoke sends one unary call and waits for its answer, filling reply
+	// (see Client.Invoke).
+	Invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) error
+	// Enqueue sends one async request and returns its receipt once the
+	// request is durably queued (see Client.Enqueue).
+	Enqueue(ctx context.Context, method *MethodDesc, req proto.Message, opts ...CallOption) (Receipt, error)
+}
+
+var _ ClientConn = (*Client)(nil)
 
 // MethodHandler runs one method of a registered service: it decodes the
 // request with decode, calls the user's implementation through the
@@ -19,16 +35,38 @@ const SupportPackageIsVersion1 = true
 // provides one per method.
 type MethodHandler func(impl any, ctx context.Context, decode func(proto.Message) error, interceptor UnaryServerInterceptor) (proto.Message, error)
 
+// ServiceInfo is what a service's .proto file says about the service as a
+// whole. Generated code declares one per service (e.g.
+// greeterv1.Greeter_ServiceInfo), and every MethodDesc of the service
+// points to it.
+type ServiceInfo struct {
+	// Name is the fully qualified service name, e.g. "greeter.v1.Greeter".
+	Name string
+	// BizCode is the service's (rpr.v1.service).biz_code, placed in
+	// request ids. Empty means ClientOptions.BizCode, else a code derived
+	// from Name.
+	BizCode string
+	// MaxBacklog is the service's (rpr.v1.service).max_backlog: how many
+	// requests may wait in its queue (stream plus retry set) before calls
+	// are refused. Zero means ClientOptions.MaxBacklog.
+	MaxBacklog int64
+	// Shards is the service's (rpr.v1.service).shards: how many hash tags
+	// its queues are spread over, so that a Redis Cluster spreads them over
+	// its masters. Zero means the Shards options, else one.
+	Shards int
+}
+
 // MethodDesc describes one method of a service. Generated code fills it in
-// from the .proto file and its rpr options; users rarely build one by hand.
+// from the .proto file and its rpr options; MethodDescFor builds one from
+// a descriptor.
 type MethodDesc struct {
-	// Service is the fully qualified service name, e.g. "greeter.v1.Greeter".
-	Service string
+	// Service is the service the method belongs to.
+	Service *ServiceInfo
 	// Name is the method's short name, e.g. "SayHello".
 	Name string
 	// Timeout is the default deadline from the (rpr.v1.method) or
 	// (rpr.v1.service) option, used when the caller's context has none.
-	// Zero means the client's default.
+	// Zero means ClientOptions.DefaultTimeout.
 	Timeout time.Duration
 	// Idempotent is true when the method's idempotency_level is IDEMPOTENT
 	// or NO_SIDE_EFFECTS.
@@ -37,44 +75,33 @@ type MethodDesc struct {
 	// (rpr.v1.method).retry option; nil means no retries unless a call
 	// asks with WithRetry.
 	Retry *RetryPolicy
-	// BizCode is the service's (rpr.v1.service).biz_code, placed in request
-	// ids. Empty means the client's code.
-	BizCode string
 	// Async marks a fire-and-forget method ((rpr.v1.method).async): callers
 	// use Client.Enqueue, which returns a Receipt once the request is
 	// durably in Redis, and the handler's reply is discarded. Failed async
 	// requests are retried by the servers under Retry (see
 	// DefaultAsyncRetryPolicy) and then dead-lettered.
 	Async bool
-	// MaxBacklog is the service's (rpr.v1.service).max_backlog: how many
-	// requests may wait in its queue (stream plus retry set) before calls
-	// are refused. Zero means the client's default
-	// (ClientOptions.MaxBacklog).
-	MaxBacklog int64
-	// Shards is the service's (rpr.v1.service).shards: how many hash tags
-	// its queues are spread over, so that a Redis Cluster spreads them over
-	// its masters. Zero means the Shards options, else one.
-	Shards int
 	// Handler runs the method on the server.
 	Handler MethodHandler
 }
 
 // FullMethod returns "service/method", the name used in envelopes, logs,
 // errors and the CLI, e.g. "greeter.v1.Greeter/SayHello".
-func (m *MethodDesc) FullMethod() string { return m.Service + "/" + m.Name }
+func (m *MethodDesc) FullMethod() string { return m.Service.Name + "/" + m.Name }
 
 // ServiceDesc describes a service for registration with a Server. Generated
 // code exports one per service (e.g. greeterv1.Greeter_ServiceDesc).
 type ServiceDesc struct {
-	// ServiceName is the fully qualified service name.
-	ServiceName string
-	// HandlerType is a pointer to the server interface; Register checks
-	// that the implementation satisfies it.
+	// Service is the service's ServiceInfo, the one its Methods point to.
+	Service *ServiceInfo
+	// HandlerType is a pointer to the server interface; RegisterService
+	// checks that the implementation satisfies it.
 	HandlerType any
 	// Methods lists the service's methods.
 	Methods []MethodDesc
-	// Metadata is the path of the .proto file that defines the service.
-	Metadata string
+	// File is the path of the .proto file that defines the service, as
+	// protoc names it (e.g. "greeter/v1/greeter.proto").
+	File string
 }
 
 // ServiceRegistrar is what generated Register functions register with; a

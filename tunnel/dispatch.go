@@ -12,19 +12,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // stateMargin is how long a request's state outlives its deadline: long
 // enough for a client retry or a late duplicate (clock offsets included) to
 // find the stored answer, short enough that state never piles up.
 const stateMargin = 10 * time.Second
-
-// Final states written by completeScript.
-const (
-	stateSuccess = "SUCCESS"
-	stateFailed  = "FAILED"
-	stateDead    = "DEAD" // async: dead-lettered
-)
 
 // serveRun is the state of one Serve call.
 type serveRun struct {
@@ -43,7 +39,7 @@ type serveRun struct {
 // received is a decoded request entry a worker holds.
 type received struct {
 	entryID string
-	env     *requestEnvelope
+	env     *wire.Request
 	method  *MethodDesc // nil when the service has no such method
 	// deadline (Redis unix ms) ends the handler: the caller's for a unary
 	// call, the attempt's time limit for an async request.
@@ -116,7 +112,7 @@ func (r *serveRun) read(rd *reader) {
 			}
 		}
 		streams, err := s.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
-			Group:    workersGroup,
+			Group:    store.WorkersGroup,
 			Consumer: s.opts.WorkerID,
 			Streams:  []string{q.requests, ">"},
 			Count:    int64(slots),
@@ -163,7 +159,7 @@ func (r *serveRun) read(rd *reader) {
 
 // run starts the handler of a request this worker claimed, in the slot
 // the request holds.
-func (r *serveRun) run(q *queue, req *received, d beginDecision) {
+func (r *serveRun) run(q *queue, req *received, d store.Decision) {
 	r.handlers.Add(1)
 	r.pool.run(handlerJob{queue: q, req: req, decision: d})
 }
@@ -188,7 +184,7 @@ func (r *serveRun) runJob(job handlerJob) {
 func (r *serveRun) recreateGroup(ctx context.Context, q *queue) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := r.server.rdb.XGroupCreateMkStream(ctx, q.requests, workersGroup, "0").Err()
+	err := r.server.rdb.XGroupCreateMkStream(ctx, q.requests, store.WorkersGroup, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		r.server.log.Warn("rpr: recreate consumer group", "stream", q.requests, "error", err)
 	}
@@ -238,12 +234,12 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		switch {
 		case req == nil:
 			r.releaseSlots(1)
-		case previous == nil && req.env.Kind == kindUnary && now < req.deadline:
+		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline:
 			req.fast = true // no state hash: req.state stays ""
 			if mine != nil {
 				r.run(mine.queue, mine.req, mine.decision)
 			}
-			mine = &handlerJob{queue: q, req: req, decision: beginDecision{what: "run"}}
+			mine = &handlerJob{queue: q, req: req, decision: store.Decision{Verdict: store.VerdictRun}}
 		default:
 			if req.state == "" {
 				req.state = q.stateKey(req.env.ID)
@@ -275,28 +271,28 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		// Only the uncommon decisions log here; a logger with the request's
 		// attributes is made for them alone, not for every request run.
 		log := r.server.requestLog(req.env)
-		switch d.what {
-		case "run", "rerun", "orphan":
-			if d.what != "run" {
-				log.Warn("rpr: took over a request whose worker's lease expired", "decision", d.what, "previous_worker", d.detail)
+		switch d.Verdict {
+		case store.VerdictRun, store.VerdictRerun, store.VerdictOrphan:
+			if d.Verdict != store.VerdictRun {
+				log.Warn("rpr: took over a request whose worker's lease expired", "decision", d.Verdict, "previous_worker", d.Detail)
 				r.server.stats.reclaimed.Add(1)
 			}
 			r.run(q, req, d)
 			continue
-		case "expired":
+		case store.VerdictExpired:
 			log.Info("rpr: deadline passed before a worker took the request; not executed")
-		case "closed":
-			log.Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.detail)
-		case "resent":
-			log.Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.detail)
-		case "finished":
-			log.Info("rpr: async request already handled under its idempotency key; not run again", "key", req.env.Key, "state", d.detail)
-		case "duplicate":
-			log.Info("rpr: request already running under another entry; duplicate retired", "worker", d.detail)
-		case "busy":
-			log.Debug("rpr: request held by a live worker; left alone", "worker", d.detail)
+		case store.VerdictClosed:
+			log.Info("rpr: the caller gave up before a worker took the request; not executed", "state", d.Detail)
+		case store.VerdictResent:
+			log.Info("rpr: request already finished; stored response sent again, handler not invoked", "state", d.Detail)
+		case store.VerdictFinished:
+			log.Info("rpr: async request already handled under its idempotency key; not run again", "key", req.env.Key, "state", d.Detail)
+		case store.VerdictDuplicate:
+			log.Info("rpr: request already running under another entry; duplicate retired", "worker", d.Detail)
+		case store.VerdictBusy:
+			log.Debug("rpr: request held by a live worker; left alone", "worker", d.Detail)
 		default:
-			log.Error("rpr: unknown begin decision", "decision", d.what)
+			log.Error("rpr: unknown begin decision", "decision", d.Verdict)
 		}
 		r.releaseSlots(1)
 	}
@@ -308,20 +304,20 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 // logged, and decode returns nil; nothing in an entry can stop the server.
 func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 	s := r.server
-	raw, ok := msg.Values[envelopeField].(string)
+	raw, ok := msg.Values[wire.Field].(string)
 	if !ok {
 		s.log.Error("rpr: request entry has no envelope field; dead-lettered", "stream", q.requests, "entry", msg.ID)
-		r.deadLetter(q, msg.ID, "", fmt.Sprintf("entry has no %q field", envelopeField))
+		r.deadLetter(q, msg.ID, "", fmt.Sprintf("entry has no %q field", wire.Field))
 		return nil
 	}
-	env, err := decodeRequestString(raw)
+	env, err := wire.DecodeRequestString(raw)
 	if err != nil {
-		id, replyTo := peekReplyAddress([]byte(raw))
+		id, replyTo := wire.PeekReplyAddress([]byte(raw))
 		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", q.requests, "entry", msg.ID, "request_id", id, "error", err)
 		r.deadLetter(q, msg.ID, raw, err.Error())
-		if id != "" && q.keys.isResponses(replyTo) {
+		if id != "" && q.keys.IsResponses(replyTo) {
 			code := InvalidArgument
-			var verr errEnvelopeVersion
+			var verr wire.VersionError
 			if errors.As(err, &verr) {
 				code = FailedPrecondition
 			}
@@ -329,7 +325,7 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		}
 		return nil
 	}
-	if env.Kind == kindUnary && !q.keys.isResponses(env.ReplyTo) {
+	if env.Kind == wire.KindUnary && !q.keys.IsResponses(env.ReplyTo) {
 		s.log.Error("rpr: reply-to is not a response stream of this service; dead-lettered", "request_id", env.ID, "reply_to", env.ReplyTo)
 		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
@@ -338,63 +334,42 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
 		req.method = q.methods[methodName]
 	}
-	if env.Kind == kindAsync {
+	if env.Kind == wire.KindAsync {
 		req.state = q.stateKey(env.Key)
 		req.deadline = s.clock.toRedis(time.Now().Add(asyncTimeout(env, req.method)))
 	}
 	return req
 }
 
-// beginDecision is beginScript's verdict on one entry.
-type beginDecision struct {
-	what   string
-	detail string
-}
-
-// begin runs beginScript over batch.
-func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]beginDecision, error) {
+// begin runs the begin script over batch, which decides in one round trip
+// which of its entries this worker may run.
+func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]store.Decision, error) {
 	s := r.server
-	keys := make([]string, 0, 2+2*len(batch))
-	args := make([]any, 0, 5+6*len(batch))
-	keys = append(keys, q.requests, q.keys.workers())
-	args = append(args, workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds(), stateMargin.Milliseconds(), s.deadAfter().Milliseconds())
+	call := store.NewBegin(q.keys, q.requests, s.opts.WorkerID, s.opts.Lease, stateMargin, s.deadAfter(), len(batch))
 	for _, req := range batch {
-		reply, replies := req.env.ReplyTo, 1
-		if req.env.Kind == kindAsync {
-			reply, replies = req.state, 0 // never written; keeps the script in one slot
+		entry := store.BeginEntry{
+			State:      req.state,
+			EntryID:    req.entryID,
+			Deadline:   req.deadline,
+			Idempotent: req.method != nil && req.method.Idempotent,
+			Attempt:    req.env.Attempt,
+			TakenFrom:  req.takenFrom,
 		}
-		keys = append(keys, req.state, reply)
-		idempotent := 0
-		if req.method != nil && req.method.Idempotent {
-			idempotent = 1
+		if req.env.Kind == wire.KindUnary {
+			entry.ReplyTo = req.env.ReplyTo
 		}
-		args = append(args, req.entryID, req.deadline, idempotent, req.env.Attempt, replies, req.takenFrom)
+		call.Add(entry)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	reply, err := beginScript.Run(ctx, s.rdb, keys, args...).Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(reply) != len(batch) {
-		return nil, fmt.Errorf("begin script answered %d decisions for %d entries", len(reply), len(batch))
-	}
-	decisions := make([]beginDecision, len(batch))
-	for i, item := range reply {
-		pair, _ := item.([]any)
-		if len(pair) != 2 {
-			return nil, fmt.Errorf("begin script: malformed decision %v", item)
-		}
-		decisions[i].what, _ = pair[0].(string)
-		decisions[i].detail, _ = pair[1].(string)
-	}
-	return decisions, nil
+	store.Run(ctx, s.rdb, &call.Call)
+	return call.Result()
 }
 
 // handle runs (or, for an orphan, refuses) one claimed request and writes
 // its final state and response. The request counts as running, with its
 // lease extended, until its completion is written.
-func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
+func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	s := r.server
 	log := s.requestLog(req.env)
 	deadline := s.clock.toLocal(req.deadline)
@@ -409,53 +384,50 @@ func (r *serveRun) handle(q *queue, req *received, d beginDecision) {
 	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
 	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), r.metrics.attrs.lookup(req.env.Method, OK, false).record...)
 	measure := r.metrics.begin(ctx, req.env.Method)
-	var resp *responseEnvelope
+	var resp *wire.Response
 	var handlerErr error
 	defer func() {
-		measure.end(resp.asError())
-		endSpan(span, resp.asError())
+		measure.end(responseError(resp))
+		endSpan(span, responseError(resp))
 	}()
-	if d.what == "orphan" {
-		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.detail)
-		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.detail, req.env.ID, req.env.Method)
+	if d.Verdict == store.VerdictOrphan {
+		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.Detail)
+		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.Detail, req.env.ID, req.env.Method)
 		resp = errorResponse(req.env.ID, handlerErr)
 	} else {
 		resp, handlerErr = r.call(ctx, q, req, log)
 	}
-	if req.env.Kind == kindAsync {
+	if req.env.Kind == wire.KindAsync {
 		r.complete(q, req, r.asyncOutcome(q, req, resp, handlerErr, d, log), log)
 		return
 	}
-	final := stateSuccess
-	if resp.Code != OK {
-		final = stateFailed
+	final := wire.StateSuccess
+	if Code(resp.Code) != OK {
+		final = wire.StateFailed
 	}
-	raw, err := marshalEnvelope(resp)
+	raw, err := wire.EncodeResponse(resp)
 	if err != nil {
 		log.Error("rpr: encode response", "error", err)
 		return
 	}
 	ttl := time.Until(deadline) + stateMargin
-	action := "reply"
-	if req.fast {
-		action = actionAnswer // no state to record (see scripts.go)
-	}
-	r.complete(q, req, &completion{action: action, target: req.env.ReplyTo, final: final, ttl: ttl, resp: raw}, log)
+	r.complete(q, req, &completion{fast: req.fast, // no state to record on the fast path
+		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}, log)
 }
 
 // call runs the handler for req and builds the response envelope. It also
 // returns the error behind a failure, which says more than the envelope
 // (whether it is Permanent).
-func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *requestLogger) (*responseEnvelope, error) {
+func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *requestLogger) (*wire.Response, error) {
 	s, env := r.server, req.env
-	fail := func(err error) (*responseEnvelope, error) { return errorResponse(env.ID, err), err }
+	fail := func(err error) (*wire.Response, error) { return errorResponse(env.ID, err), err }
 	if req.method == nil {
 		log.Warn("rpr: unknown method")
 		return fail(Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, q.name))
 	}
-	if req.method.Async != (env.Kind == kindAsync) {
+	if req.method.Async != (env.Kind == wire.KindAsync) {
 		log.Warn("rpr: call kind does not match the method", "async_method", req.method.Async)
-		return fail(Errorf(FailedPrecondition, "[%s] %s: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.ID, env.Method, req.method.Async, env.Kind == kindAsync))
+		return fail(Errorf(FailedPrecondition, "[%s] %s: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.ID, env.Method, req.method.Async, env.Kind == wire.KindAsync))
 	}
 	if len(env.Payload) > s.opts.MaxRequestBytes {
 		log.Warn("rpr: request over the size limit", "bytes", len(env.Payload), "limit", s.opts.MaxRequestBytes)
@@ -463,14 +435,14 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	}
 
 	info := &handlerInfo{header: env.Header, id: env.ID, attempt: env.Attempt}
-	if env.Kind == kindAsync {
+	if env.Kind == wire.KindAsync {
 		info.idempotencyKey = env.Key
 	}
 	ctx = withHandlerInfo(ctx, info)
 	md := &info.response
 
 	reply, err := r.runHandler(ctx, q, req.method, env, log)
-	resp := &responseEnvelope{Version: envelopeVersion, ID: env.ID, Header: md.header, Trailer: md.trailer}
+	resp := &wire.Response{Version: wire.Version, ID: env.ID, Header: md.header, Trailer: md.trailer}
 	if err == nil && req.method.Async {
 		return resp, nil // nobody reads an async reply
 	}
@@ -492,7 +464,7 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 }
 
 // runHandler calls the user's handler, turning a panic into INTERNAL.
-func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, env *requestEnvelope, log *requestLogger) (reply proto.Message, err error) {
+func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, env *wire.Request, log *requestLogger) (reply proto.Message, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
@@ -513,20 +485,20 @@ func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc,
 	return reply, err
 }
 
-// asError returns the status a response carries, nil for OK.
-func (resp *responseEnvelope) asError() error {
-	if resp == nil || resp.Code == OK {
+// responseError returns the status resp carries, nil for OK.
+func responseError(resp *wire.Response) error {
+	if resp == nil || Code(resp.Code) == OK {
 		return nil
 	}
-	return &Error{code: resp.Code, message: resp.Message}
+	return &Error{code: Code(resp.Code), message: resp.Message}
 }
 
 // errorResponse builds a response carrying err as a status.
-func errorResponse(id string, err error) *responseEnvelope {
-	e := AsError(err)
-	resp := &responseEnvelope{Version: envelopeVersion, ID: id, Code: e.code, Message: e.message}
-	if resp.Code == OK { // an *Error with code OK is still a failure
-		resp.Code = Unknown
+func errorResponse(id string, err error) *wire.Response {
+	e := toError(err)
+	resp := &wire.Response{Version: wire.Version, ID: id, Code: uint32(e.code), Message: e.message}
+	if e.code == OK { // an *Error with code OK is still a failure
+		resp.Code = uint32(Unknown)
 	}
 	for _, d := range e.details {
 		if b, err := proto.Marshal(d); err == nil {
@@ -545,15 +517,16 @@ func errorResponse(id string, err error) *responseEnvelope {
 func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requestLogger) {
 	s := r.server
 	comp.queue, comp.req = q, req
-	giveUp := time.Now().Add(comp.ttl)
+	comp.EntryID, comp.State = req.entryID, req.state
+	giveUp := time.Now().Add(comp.TTL)
 	backoff := newBackoff(50*time.Millisecond, time.Second)
 	for {
 		res := r.completer.complete(comp)
 		switch {
-		case res.err == nil && res.n == -1:
+		case res.err == nil && res.n == store.Fenced:
 			s.stats.leasesLost.Add(1)
 			log.Warn("rpr: lost this request to another worker (lease expired); outcome not written")
-		case res.err == nil && res.n == 0:
+		case res.err == nil && res.n == store.CallerGone:
 			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
 		case res.err != nil && time.Now().Before(giveUp):
 			log.Warn("rpr: write outcome failed; retrying", "error", res.err)
@@ -568,45 +541,35 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 
 // send writes a response to a caller who sent an entry that could not be
 // decoded; there is no state to update.
-func (r *serveRun) send(q *queue, entryID, replyTo string, resp *responseEnvelope) {
-	raw, err := marshalEnvelope(resp)
+func (r *serveRun) send(q *queue, entryID, replyTo string, resp *wire.Response) {
+	raw, err := wire.EncodeResponse(resp)
 	if err != nil {
 		r.server.log.Error("rpr: encode response", "request_id", resp.ID, "error", err)
 		return
 	}
-	r.logFailure("answer a bad request", entryID, r.runScript(&scriptCall{
-		script: replyScript,
-		keys:   []string{replyTo},
-		args:   []any{raw},
-	}))
+	r.logFailure("answer a bad request", entryID, r.runScript(&store.NewReply(replyTo, raw).Call))
 }
 
 // deadLetter moves an entry to the dead-letter stream with reason.
 func (r *serveRun) deadLetter(q *queue, entryID, raw, reason string) {
-	r.logFailure("dead-letter request entry", entryID, r.runScript(&scriptCall{
-		script: deadLetterScript,
-		keys:   []string{q.requests, q.keys.deadLetters()},
-		args:   []any{workersGroup, entryID, raw, reason, InvalidArgument.String(), r.server.opts.WorkerID, r.server.opts.Lane},
-	}))
+	letter := wire.DeadLetter{Reason: reason, Code: InvalidArgument.String(), Worker: r.server.opts.WorkerID, Lane: r.server.opts.Lane}
+	r.logFailure("dead-letter request entry", entryID, r.runScript(&store.NewDeadLetterEntry(q.keys, q.requests, entryID, raw, letter).Call))
 }
 
 // logFailure logs cmd's error, if any. An entry whose dead-lettering or
 // answer failed stays pending and is offered again by the reclaim scan.
-func (r *serveRun) logFailure(what, entryID string, cmd redis.Cmder) {
-	if err := cmd.Err(); err != nil {
+func (r *serveRun) logFailure(what, entryID string, err error) {
+	if err != nil {
 		r.server.log.Error("rpr: "+what, "entry", entryID, "error", err)
 	}
 }
 
-// runScript sends call through the completion batcher and returns the
-// finished command.
-func (r *serveRun) runScript(call *scriptCall) redis.Cmder {
-	result := make(chan redis.Cmder, 1)
-	err := r.completions.submit(context.Background(), scriptOp(call, func(cmd redis.Cmder) { result <- cmd }))
-	if err != nil {
-		cmd := redis.NewCmd(context.Background())
-		cmd.SetErr(err)
-		return cmd
+// runScript sends call through the completion batcher and returns its
+// error once it has run.
+func (r *serveRun) runScript(call *store.Call) error {
+	result := make(chan error, 1)
+	if err := r.completions.submit(context.Background(), scriptOp(call, func(err error) { result <- err })); err != nil {
+		return err
 	}
 	return <-result
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // DeadLetterQueue reads and manages one service's dead letters: the async
@@ -24,14 +27,14 @@ import (
 // the service (ShardCount), listing their letters merged by failure time.
 type DeadLetterQueue struct {
 	rdb     redis.UniversalClient
-	keys    keyspace
+	keys    store.Keyspace
 	service string
 }
 
 // NewDeadLetterQueue returns the dead-letter queue of service under prefix
 // ("" for DefaultPrefix).
 func NewDeadLetterQueue(rdb redis.UniversalClient, prefix, service string) *DeadLetterQueue {
-	return &DeadLetterQueue{rdb: rdb, keys: keyspace{prefix: orDefaultPrefix(prefix)}, service: service}
+	return &DeadLetterQueue{rdb: rdb, keys: store.NewKeyspace(orDefaultPrefix(prefix)), service: service}
 }
 
 // DeadLetter is one entry of a dead-letter stream.
@@ -80,7 +83,7 @@ type DeadLetter struct {
 	// DecodeError says why the envelope does not decode, when it does not.
 	DecodeError string
 
-	envelope *requestEnvelope
+	envelope *wire.Request
 }
 
 // DeadLetterFilter selects dead letters; the zero value selects all.
@@ -159,7 +162,7 @@ func deadLetterID(shard int, streamID string) string {
 
 // shards returns the service's recorded shard count.
 func (q *DeadLetterQueue) shards(ctx context.Context) (int, error) {
-	return ShardCount(ctx, q.rdb, q.keys.prefix, q.service)
+	return ShardCount(ctx, q.rdb, q.keys.Prefix(), q.service)
 }
 
 // Streams returns the keys of the service's dead-letter streams, one per
@@ -171,7 +174,7 @@ func (q *DeadLetterQueue) Streams(ctx context.Context) ([]string, error) {
 	}
 	keys := make([]string, n)
 	for shard := range n {
-		keys[shard] = q.keys.shard(q.service, shard).deadLetters()
+		keys[shard] = q.keys.Shard(q.service, shard).DeadLetters()
 	}
 	return keys, nil
 }
@@ -311,7 +314,7 @@ var ErrNoDeadLetter = errors.New("no such dead letter")
 func (q *DeadLetterQueue) Get(ctx context.Context, id string) (DeadLetter, error) {
 	shard, streamID, err := ParseDeadLetterID(id)
 	if err == nil {
-		key := q.keys.shard(q.service, shard).deadLetters()
+		key := q.keys.Shard(q.service, shard).DeadLetters()
 		msgs, err := q.rdb.XRangeN(ctx, key, streamID, streamID, 1).Result()
 		if err != nil {
 			return DeadLetter{}, fmt.Errorf("rpr: read %s entry %s: %w", key, streamID, err)
@@ -367,15 +370,15 @@ func parseDeadLetter(m redis.XMessage, shard int, key string) DeadLetter {
 	if ms := num("enqueued_ms"); ms > 0 {
 		dl.Enqueued = time.UnixMilli(ms)
 	}
-	env, err := decodeRequestString(str(envelopeField))
+	env, err := wire.DecodeRequestString(str(wire.Field))
 	if err != nil {
 		dl.DecodeError = err.Error()
-		dl.RequestID, _ = peekReplyAddress([]byte(str(envelopeField)))
+		dl.RequestID, _ = wire.PeekReplyAddress([]byte(str(wire.Field)))
 		dl.Method = str("method")
 		return dl
 	}
 	dl.envelope = env
-	dl.RequestID, dl.Method, dl.Async = env.ID, env.Method, env.Kind == kindAsync
+	dl.RequestID, dl.Method, dl.Async = env.ID, env.Method, env.Kind == wire.KindAsync
 	dl.Header, dl.Payload = env.Header, env.Payload
 	if dl.Key == "" {
 		dl.Key = env.Key
@@ -449,28 +452,27 @@ func (q *DeadLetterQueue) Replay(ctx context.Context, letters []DeadLetter, prog
 		if len(batch) == 0 {
 			return nil
 		}
-		sk := q.keys.shard(q.service, to.shard)
-		keys := []string{sk.deadLetters(), sk.requests(to.lane)}
-		args := make([]any, 0, 2*len(batch))
+		sk := q.keys.Shard(q.service, to.shard)
+		call := store.NewReplay(sk, sk.Requests(to.lane))
 		for _, dl := range batch {
 			env := wireForm(dl.envelope)
 			env.Attempt, env.Replays, env.Enqueued = 1, env.Replays+1, now.UnixMilli()
-			raw, err := marshalEnvelope(env)
+			raw, err := wire.EncodeRequest(env)
 			if err != nil {
 				return err
 			}
-			keys = append(keys, sk.state(dl.envelope.Key))
-			args = append(args, dl.StreamID, raw)
+			call.Add(dl.StreamID, sk.State(dl.envelope.Key), raw)
 		}
-		out, err := replayScript.Run(ctx, q.rdb, keys, args...).StringSlice()
+		store.Run(ctx, q.rdb, &call.Call)
+		out, err := call.Result()
 		if err != nil {
 			return fmt.Errorf("rpr: replay dead letters of %s (shard %d, lane %s): %w", q.service, to.shard, to.lane, err)
 		}
 		for _, verdict := range out {
 			switch verdict {
-			case "replayed":
+			case store.Replayed:
 				res.Replayed++
-			case "succeeded":
+			case store.Succeeded:
 				res.AlreadySucceeded++
 			default:
 				res.Gone++
@@ -553,12 +555,12 @@ func (q *DeadLetterQueue) Drop(ctx context.Context, entryIDs []string, progress 
 		pipe := q.rdb.Pipeline()
 		dels := make([]*redis.IntCmd, len(shards))
 		for i, shard := range shards {
-			dels[i] = pipe.XDel(ctx, q.keys.shard(q.service, shard).deadLetters(), byShard[shard]...)
+			dels[i] = pipe.XDel(ctx, q.keys.Shard(q.service, shard).DeadLetters(), byShard[shard]...)
 		}
 		_, _ = pipe.Exec(ctx)
 		for i, cmd := range dels {
 			if err := cmd.Err(); err != nil {
-				return dropped, fmt.Errorf("rpr: drop dead letters from %s: %w", q.keys.shard(q.service, shards[i]).deadLetters(), err)
+				return dropped, fmt.Errorf("rpr: drop dead letters from %s: %w", q.keys.Shard(q.service, shards[i]).DeadLetters(), err)
 			}
 			dropped += cmd.Val()
 		}

@@ -43,9 +43,12 @@ func (s *lettersServer) succeeded() map[string]int {
 	return out
 }
 
-// lettersMethod is the service's async method, with 3 shards.
+// lettersInfo is the service, with 3 shards.
+var lettersInfo = tunnel.ServiceInfo{Name: lettersService, Shards: 3}
+
+// lettersMethod is the service's async method.
 var lettersMethod = tunnel.MethodDesc{
-	Service: lettersService, Name: "Send", Async: true, Shards: 3,
+	Service: &lettersInfo, Name: "Send", Async: true,
 	Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 		in := new(wrapperspb.StringValue)
 		if err := decode(in); err != nil {
@@ -73,7 +76,7 @@ func startLetters(t *testing.T, rdb redis.UniversalClient, lane string, fixed *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	server.RegisterService(&tunnel.ServiceDesc{ServiceName: lettersService, Methods: []tunnel.MethodDesc{lettersMethod}}, impl)
+	server.RegisterService(&tunnel.ServiceDesc{Service: &lettersInfo, Methods: []tunnel.MethodDesc{lettersMethod}}, impl)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- server.Serve(ctx) }()

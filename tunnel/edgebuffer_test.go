@@ -35,14 +35,16 @@ const bufferService = "test.v1.Buffer"
 
 func bufferMethod(name string, idempotent bool) tunnel.MethodDesc {
 	m := jobMethod(name, idempotent, fastRetry)
-	m.Service = bufferService
+	m.Service = &bufferInfo
 	m.Timeout = 3 * time.Minute
 	return m
 }
 
+var bufferInfo = tunnel.ServiceInfo{Name: bufferService}
+
 var bufferDesc = tunnel.ServiceDesc{
-	ServiceName: bufferService,
-	Methods:     []tunnel.MethodDesc{bufferMethod("Absorb", false)},
+	Service: &bufferInfo,
+	Methods: []tunnel.MethodDesc{bufferMethod("Absorb", false)},
 }
 
 var absorbMethod = &bufferDesc.Methods[0]

@@ -2,10 +2,11 @@ package tunnel
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // enqueuing is one async request waiting to be written.
@@ -20,7 +21,7 @@ type enqueuing struct {
 	result chan enqueueResult
 }
 
-// enqueueResult is enqueueScript's verdict on one request.
+// enqueueResult is the enqueue script's verdict on one request.
 type enqueueResult struct {
 	queued  bool
 	backlog int64
@@ -28,7 +29,7 @@ type enqueueResult struct {
 }
 
 // enqueuer writes async requests in batches: whatever is queued when a
-// flusher is free goes out as one enqueueScript call per service, all in
+// flusher is free goes out as one store.Enqueue call per queue, all in
 // one pipeline, so the cap check (two commands) is paid once per batch
 // rather than once per request. A lone request leaves at once.
 type enqueuer struct {
@@ -36,13 +37,13 @@ type enqueuer struct {
 	rdb redis.UniversalClient
 }
 
-func newEnqueuer(rdb redis.UniversalClient, flushers, maxBatch, queueSize int, observe func(size int, full bool)) *enqueuer {
-	e := &enqueuer{rdb: rdb}
+func newEnqueuer(client redis.UniversalClient, flushers, maxBatch, queueSize int, observe func(size int, full bool)) *enqueuer {
+	e := &enqueuer{rdb: client}
 	e.coalescer = newCoalescer(flushers, maxBatch, queueSize, e.flush, observe)
 	return e
 }
 
-// flush writes batch, one script call per service.
+// flush writes batch, one script call per queue.
 func (e *enqueuer) flush(batch []*enqueuing) {
 	// Requests must be written whatever happens to their callers once
 	// taken (the caller then waits for the verdict), so the pipeline runs
@@ -50,8 +51,7 @@ func (e *enqueuer) flush(batch []*enqueuing) {
 	ctx := context.Background()
 	type group struct {
 		items []*enqueuing
-		call  *scriptCall
-		cmd   redis.Cmder
+		call  *store.Enqueue
 	}
 	var groups []*group
 	byStream := map[string]*group{}
@@ -61,35 +61,29 @@ func (e *enqueuer) flush(batch []*enqueuing) {
 		}
 		g := byStream[item.stream]
 		if g == nil {
-			g = &group{call: &scriptCall{script: enqueueScript, keys: []string{item.stream, item.retries}}}
+			g = &group{call: store.NewEnqueue(item.stream, item.retries)}
 			byStream[item.stream] = g
 			groups = append(groups, g)
 		}
 		g.items = append(g.items, item)
-		g.call.args = append(g.call.args, item.capacity, item.due, item.raw)
+		g.call.Add(item.capacity, item.due, item.raw)
 	}
 	if len(groups) == 0 {
 		return
 	}
-	pipe := e.rdb.Pipeline()
-	for _, g := range groups {
-		g.cmd = g.call.evalSha(ctx, pipe)
+	calls := make([]*store.Call, len(groups))
+	for i, g := range groups {
+		calls[i] = &g.call.Call
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
+	store.Run(ctx, e.rdb, calls...)
 	for _, g := range groups {
-		if isNoScript(g.cmd.Err()) {
-			g.cmd = g.call.script.Eval(ctx, e.rdb, g.call.keys, g.call.args...)
-		}
-		out, err := g.cmd.(*redis.Cmd).Int64Slice()
-		if err == nil && len(out) != 2*len(g.items) {
-			err = fmt.Errorf("enqueue script answered %d values for %d requests", len(out), len(g.items))
-		}
+		verdicts, err := g.call.Result()
 		for i, item := range g.items {
 			if err != nil {
 				item.result <- enqueueResult{err: err}
 				continue
 			}
-			item.result <- enqueueResult{queued: out[2*i] == 1, backlog: out[2*i+1]}
+			item.result <- enqueueResult{queued: verdicts[i].Queued, backlog: verdicts[i].Backlog}
 		}
 	}
 }

@@ -105,15 +105,23 @@ func CodeOf(err error) Code {
 	return Unknown
 }
 
-// AsError converts any error to an *Error, keeping codes and details of
-// *Errors and mapping context errors to their codes. It returns nil for nil.
-func AsError(err error) *Error {
+// AsError returns the *Error that err is or wraps, and true; for any other
+// error it returns an *Error made from it (CodeOf's code, err's text as the
+// message, err reachable with errors.Is and errors.As) and false. It
+// returns nil and false for nil.
+func AsError(err error) (*Error, bool) {
 	if err == nil {
-		return nil
+		return nil, false
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e
+		return e, true
 	}
-	return NewError(CodeOf(err), err)
+	return NewError(CodeOf(err), err), false
+}
+
+// toError is AsError's *Error alone.
+func toError(err error) *Error {
+	e, _ := AsError(err)
+	return e
 }

@@ -43,7 +43,7 @@ func ExampleNewClient() {
 		log.Fatal(err)
 	}
 	defer rdb.Close()
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{App: "ORD1"})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{BizCode: "ORD1"})
 	if err != nil {
 		log.Fatal(err)
 	}

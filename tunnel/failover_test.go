@@ -39,8 +39,9 @@ const failoverService = "test.v1.Failover"
 // failoverDesc is a unary method that records each execution of its
 // payload.
 func failoverDesc(shards int) *tunnel.ServiceDesc {
-	return &tunnel.ServiceDesc{ServiceName: failoverService, Methods: []tunnel.MethodDesc{{
-		Service: failoverService, Name: "Do", Shards: shards,
+	info := &tunnel.ServiceInfo{Name: failoverService, Shards: shards}
+	return &tunnel.ServiceDesc{Service: info, Methods: []tunnel.MethodDesc{{
+		Service: info, Name: "Do",
 		Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			in := new(wrapperspb.StringValue)
 			if err := decode(in); err != nil {

@@ -3,6 +3,8 @@ package tunnel
 import (
 	"sync"
 	"time"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // handlerIdle is how long a handler goroutine waits for its next request
@@ -14,7 +16,7 @@ const handlerIdle = 10 * time.Second
 type handlerJob struct {
 	queue    *queue
 	req      *received
-	decision beginDecision
+	decision store.Decision
 	reader   *reader
 }
 

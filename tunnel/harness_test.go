@@ -25,11 +25,13 @@ import (
 // code, so the runtime's tests do not depend on gen/.
 const echoService = "test.v1.Echo"
 
+var echoInfo = tunnel.ServiceInfo{Name: echoService}
+
 type echoHandler func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
 
 func echoMethod(name string, timeout time.Duration) tunnel.MethodDesc {
 	return tunnel.MethodDesc{
-		Service: echoService,
+		Service: &echoInfo,
 		Name:    name,
 		Timeout: timeout,
 		Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, interceptor tunnel.UnaryServerInterceptor) (proto.Message, error) {
@@ -55,7 +57,7 @@ func idempotent(m tunnel.MethodDesc) tunnel.MethodDesc {
 }
 
 var echoDesc = tunnel.ServiceDesc{
-	ServiceName: echoService,
+	Service: &echoInfo,
 	Methods: []tunnel.MethodDesc{
 		echoMethod("Echo", 0),
 		echoMethod("Fail", 0),

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // WorkerStatus describes one worker of a service, as its heartbeats show it.
@@ -64,17 +67,17 @@ func (h Health) ServingLane(lane string) bool {
 // with no live worker is a Health whose Serving is false.
 func CheckHealth(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (Health, error) {
 	prefix = orDefaultPrefix(prefix)
-	keys := keyspace{prefix: prefix}
+	keys := store.NewKeyspace(prefix)
 	pipe := rdb.Pipeline()
 	now := pipe.Time(ctx)
-	beats := pipe.HGetAll(ctx, keys.workers(service))
+	beats := pipe.HGetAll(ctx, keys.Workers(service))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Health{}, fmt.Errorf("rpr: read heartbeats of %s: %w", service, err)
 	}
 	redisNow := now.Val().UnixMilli()
 	h := Health{Service: service}
 	for id, raw := range beats.Val() {
-		var w workerInfo
+		var w wire.Worker
 		if json.Unmarshal([]byte(raw), &w) != nil {
 			continue
 		}
@@ -83,9 +86,9 @@ func CheckHealth(ctx context.Context, rdb redis.UniversalClient, prefix, service
 			Host:     w.Host,
 			PID:      w.PID,
 			Started:  time.UnixMilli(w.Started),
-			LastBeat: time.UnixMilli(w.BeatMillis),
-			Live:     redisNow-w.BeatMillis <= liveWindow.Milliseconds(),
-			Lane:     w.laneOf(),
+			LastBeat: time.UnixMilli(w.BeatMs),
+			Live:     redisNow-w.BeatMs <= wire.LiveWindow.Milliseconds(),
+			Lane:     laneOrDefault(w.Lane),
 			Shards:   w.Shards,
 		})
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // heartbeat stamps this worker as live, in one round trip: in each
@@ -27,7 +29,7 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	}
 	var beats []beat
 	for _, svc := range services {
-		info := s.workerInfo()
+		info := s.workerRecord()
 		if shards := shardsOf[svc.name]; len(shards) > 1 || (len(shards) == 1 && shards[0] != 0) {
 			info.Shards = shards
 		}
@@ -35,36 +37,36 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 		if err != nil {
 			return err
 		}
-		beats = append(beats, beat{s.keys.workers(svc.name), raw})
+		beats = append(beats, beat{s.keys.Workers(svc.name), raw})
 		for _, shard := range shardsOf[svc.name] {
 			if shard != 0 {
-				beats = append(beats, beat{s.keys.shard(svc.name, shard).workers(), raw})
+				beats = append(beats, beat{s.keys.Shard(svc.name, shard).Workers(), raw})
 			}
 		}
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(beats))
+	calls := make([]*store.Heartbeat, len(beats))
 	sentAt := time.Now()
 	for i, b := range beats {
-		cmds[i] = heartbeatScript.EvalSha(ctx, pipe, []string{b.key}, s.opts.WorkerID, b.info, pruneAge.Milliseconds())
+		calls[i] = store.NewHeartbeat(b.key, s.opts.WorkerID, b.info, wire.PruneAge)
+		calls[i].Queue(ctx, pipe)
 	}
 	counts := make([]*redis.StringCmd, len(services))
 	for i, svc := range services {
-		counts[i] = pipe.Get(ctx, s.keys.shardCount(svc.name))
+		counts[i] = pipe.Get(ctx, s.keys.ShardCount(svc.name))
 	}
 	_, _ = pipe.Exec(ctx)
 	received := time.Now()
-	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			cmds[i] = heartbeatScript.Eval(ctx, s.rdb, []string{beats[i].key}, s.opts.WorkerID, beats[i].info, pruneAge.Milliseconds())
-		}
-		if err := cmds[i].Err(); err != nil {
+	var redisNow time.Time
+	for i, call := range calls {
+		call.Recover(ctx, s.rdb)
+		at, err := call.Result()
+		if err != nil {
 			return err
 		}
-	}
-	redisNow, err := parseRedisTime(cmds[0].Val())
-	if err != nil {
-		return fmt.Errorf("heartbeat reply: %w", err)
+		if i == 0 {
+			redisNow = at
+		}
 	}
 	s.clock.observe(redisNow, sentAt, received)
 	if follow != nil {
@@ -77,15 +79,15 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	return nil
 }
 
-func (s *Server) workerInfo() workerInfo {
+func (s *Server) workerRecord() wire.Worker {
 	host, _ := os.Hostname()
-	return workerInfo{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane}
+	return wire.Worker{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane}
 }
 
-// heartbeatLoop beats every heartbeatInterval until stop is closed,
+// heartbeatLoop beats every wire.BeatInterval until stop is closed,
 // telling follow the shard counts each beat read.
 func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService, queues *queueSet, follow func(svc *serverService, shards int)) {
-	t := time.NewTicker(heartbeatInterval)
+	t := time.NewTicker(wire.BeatInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -93,7 +95,7 @@ func (s *Server) heartbeatLoop(stop <-chan struct{}, services []*serverService, 
 			return
 		case <-t.C:
 		}
-		beatCtx, cancel := context.WithTimeout(context.Background(), 2*heartbeatInterval)
+		beatCtx, cancel := context.WithTimeout(context.Background(), 2*wire.BeatInterval)
 		if err := s.heartbeat(beatCtx, services, queues.list(), follow); err != nil {
 			s.log.Warn("rpr: heartbeat failed; clients may see this worker as gone", "error", err)
 		}
@@ -107,11 +109,11 @@ func (s *Server) removeHeartbeats(services []*serverService, queues []*queue) {
 	defer cancel()
 	pipe := s.rdb.Pipeline()
 	for _, svc := range services {
-		pipe.HDel(ctx, s.keys.workers(svc.name), s.opts.WorkerID)
+		pipe.HDel(ctx, s.keys.Workers(svc.name), s.opts.WorkerID)
 	}
 	for _, q := range queues {
 		if q.shard != 0 {
-			pipe.HDel(ctx, q.keys.workers(), s.opts.WorkerID)
+			pipe.HDel(ctx, q.keys.Workers(), s.opts.WorkerID)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // ServiceStats is the queue view of one lane of a service at one moment,
@@ -90,7 +93,7 @@ func (s ServiceStats) CallsPerSecond(prev ServiceStats) (float64, bool) {
 // DefaultPrefix) over all its lanes and shards (Lane ""): what
 // InspectLanes reports, added up. It fails only when Redis cannot be read.
 func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (ServiceStats, error) {
-	_, total, err := inspect(ctx, rdb, keyspace{prefix: orDefaultPrefix(prefix)}, service, nil)
+	_, total, err := inspect(ctx, rdb, store.NewKeyspace(orDefaultPrefix(prefix)), service, nil)
 	return total, err
 }
 
@@ -100,7 +103,7 @@ func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, serv
 // less than a minute) and the lanes more names; the default lane first,
 // then by name. A lane that is none of these but still holds requests
 // (its route removed and its servers long gone) is not found by itself:
-// Lanes finds those, by scanning the keyspace, too costly to do at every
+// Lanes finds those, by scanning the store.Keyspace, too costly to do at every
 // sample, so pass them in more. It takes
 // two pipelined round trips: one for Redis's TIME, the worker heartbeats,
 // the routing table and the shard count; one for, in each shard, XINFO
@@ -113,7 +116,7 @@ func InspectService(ctx context.Context, rdb redis.UniversalClient, prefix, serv
 // second, as `rpr top` does, costs little unless requests are megabytes
 // large.
 func InspectLanes(ctx context.Context, rdb redis.UniversalClient, prefix, service string, more ...string) ([]ServiceStats, error) {
-	lanes, _, err := inspect(ctx, rdb, keyspace{prefix: orDefaultPrefix(prefix)}, service, more)
+	lanes, _, err := inspect(ctx, rdb, store.NewKeyspace(orDefaultPrefix(prefix)), service, more)
 	return lanes, err
 }
 
@@ -129,7 +132,7 @@ type laneQueueCmds struct {
 
 // inspect reads the figures of every lane of service (with the lanes
 // more), and their total.
-func inspect(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, more []string) ([]ServiceStats, ServiceStats, error) {
+func inspect(ctx context.Context, rdb redis.UniversalClient, keys store.Keyspace, service string, more []string) ([]ServiceStats, ServiceStats, error) {
 	fail := func(what string, err error) ([]ServiceStats, ServiceStats, error) {
 		return nil, ServiceStats{}, fmt.Errorf("rpr: inspect %s: %s: %w", service, what, err)
 	}
@@ -138,22 +141,22 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 		return nil, ServiceStats{}, fmt.Errorf("rpr: inspect %s: %w", service, err)
 	}
 	redisNow, shards := view.now, view.shards
-	lanes := inspectedLanes(append(view.routes.lanes(), more...), view.beats)
+	lanes := inspectedLanes(append(view.routes.Lanes(), more...), view.beats)
 
 	pipe := rdb.Pipeline()
 	dlq := make([]*redis.IntCmd, shards)
 	cmds := make([][]laneQueueCmds, shards) // [shard][lane]
 	for shard := range shards {
-		sk := keys.shard(service, shard)
-		dlq[shard] = pipe.XLen(ctx, sk.deadLetters())
+		sk := keys.Shard(service, shard)
+		dlq[shard] = pipe.XLen(ctx, sk.DeadLetters())
 		cmds[shard] = make([]laneQueueCmds, len(lanes))
 		for i, lane := range lanes {
 			c := &cmds[shard][i]
-			c.requests, c.retries = sk.requests(lane), sk.retries(lane)
+			c.requests, c.retries = sk.Requests(lane), sk.Retries(lane)
 			c.stream = pipe.XInfoStream(ctx, c.requests)
 			c.groups = pipe.XInfoGroups(ctx, c.requests)
-			c.consumers = pipe.XInfoConsumers(ctx, c.requests, workersGroup)
-			c.pending = pipe.XPending(ctx, c.requests, workersGroup)
+			c.consumers = pipe.XInfoConsumers(ctx, c.requests, store.WorkersGroup)
+			c.pending = pipe.XPending(ctx, c.requests, store.WorkersGroup)
 			c.retrying = pipe.ZCard(ctx, c.retries)
 		}
 	}
@@ -164,7 +167,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 	var deadLetters int64
 	for shard, cmd := range dlq {
 		if err := cmd.Err(); err != nil {
-			return fail("XLEN "+keys.shard(service, shard).deadLetters(), err)
+			return fail("XLEN "+keys.Shard(service, shard).DeadLetters(), err)
 		}
 		deadLetters += cmd.Val()
 	}
@@ -220,7 +223,7 @@ func addQueueFigures(st *ServiceStats, consumers map[string]bool, c *laneQueueCm
 	} else if err == nil {
 		grouped := false
 		for _, g := range c.groups.Val() {
-			if g.Name != workersGroup {
+			if g.Name != store.WorkersGroup {
 				continue
 			}
 			grouped = true
@@ -277,9 +280,9 @@ func inspectedLanes(named []string, beats map[string]string) []string {
 		}
 	}
 	for _, raw := range beats {
-		var w workerInfo
+		var w wire.Worker
 		if json.Unmarshal([]byte(raw), &w) == nil {
-			set[w.laneOf()] = true
+			set[laneOrDefault(w.Lane)] = true
 		}
 	}
 	delete(set, DefaultLane)

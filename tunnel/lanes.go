@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // LaneStatus is what an operator needs to know about one lane of a
@@ -30,10 +33,10 @@ type LaneStatus struct {
 // Lanes returns the status of every lane of service that some route names,
 // some live server serves, that still holds requests in some shard, or
 // that is the default, sorted by name with the default first. (Finding the
-// lanes that hold requests scans the keyspace: an operator's call, not one
+// lanes that hold requests scans the store.Keyspace: an operator's call, not one
 // for hot paths.)
 func Lanes(ctx context.Context, rdb redis.UniversalClient, prefix, service string) ([]LaneStatus, error) {
-	keys := keyspace{prefix: orDefaultPrefix(prefix)}
+	keys := store.NewKeyspace(orDefaultPrefix(prefix))
 	out, shards, err := lanesOf(ctx, rdb, keys, service)
 	if err != nil {
 		return nil, err
@@ -54,13 +57,13 @@ func Lanes(ctx context.Context, rdb redis.UniversalClient, prefix, service strin
 
 // lanesOf returns the lanes Lanes reports (Queued left zero), in its order,
 // and the service's recorded shard count.
-func lanesOf(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string) ([]LaneStatus, int, error) {
+func lanesOf(ctx context.Context, rdb redis.UniversalClient, keys store.Keyspace, service string) ([]LaneStatus, int, error) {
 	view, err := readServiceView(ctx, rdb, keys, service)
 	if err != nil {
 		return nil, 0, fmt.Errorf("rpr: read lanes of %s: %w", service, err)
 	}
 	byLane := map[string]*LaneStatus{DefaultLane: {Lane: DefaultLane, Routed: true}}
-	for _, lane := range view.routes.lanes() {
+	for _, lane := range view.routes.Lanes() {
 		byLane[lane] = &LaneStatus{Lane: lane, Routed: true}
 	}
 	status := func(lane string) *LaneStatus {
@@ -94,11 +97,10 @@ func lanesOf(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 
 // lanesWithKeys finds the lanes that have a request stream or retry set in
 // some shard of service, by SCAN (on every master of a Cluster).
-func lanesWithKeys(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, shards int) ([]string, error) {
+func lanesWithKeys(ctx context.Context, rdb redis.UniversalClient, keys store.Keyspace, service string, shards int) ([]string, error) {
 	var patterns []string
 	for _, sk := range shardsOf(keys, service, 0, shards) {
-		tag := globEscape(sk.tag)
-		patterns = append(patterns, tag+":req:*", tag+":retry:*")
+		patterns = append(patterns, sk.LanePatterns()...)
 	}
 	found := map[string]bool{}
 	err := scanEveryMaster(ctx, rdb, patterns, func(key string) {
@@ -114,7 +116,7 @@ func lanesWithKeys(ctx context.Context, rdb redis.UniversalClient, keys keyspace
 
 // knownLanes lists the lanes of service Lanes reports, the default lane
 // first, without counting their requests.
-func knownLanes(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string) ([]string, error) {
+func knownLanes(ctx context.Context, rdb redis.UniversalClient, keys store.Keyspace, service string) ([]string, error) {
 	statuses, _, err := lanesOf(ctx, rdb, keys, service)
 	if err != nil {
 		return nil, err
@@ -132,36 +134,36 @@ func knownLanes(ctx context.Context, rdb redis.UniversalClient, keys keyspace, s
 type serviceView struct {
 	now    time.Time
 	beats  map[string]string // the heartbeat hash
-	routes routeTable        // the entries that decode
+	routes wire.RouteTable   // the entries that decode
 	shards int
 }
 
 // readServiceView reads the view of service. A routing table that does not
 // read (a key of another type, say) only hides the lanes it names: it is
 // no error.
-func readServiceView(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string) (serviceView, error) {
+func readServiceView(ctx context.Context, rdb redis.UniversalClient, keys store.Keyspace, service string) (serviceView, error) {
 	pipe := rdb.Pipeline()
 	now := pipe.Time(ctx)
-	beats := pipe.HGetAll(ctx, keys.workers(service))
-	routes := pipe.HGetAll(ctx, keys.routes(service))
-	count := pipe.Get(ctx, keys.shardCount(service))
+	beats := pipe.HGetAll(ctx, keys.Workers(service))
+	routes := pipe.HGetAll(ctx, keys.Routes(service))
+	count := pipe.Get(ctx, keys.ShardCount(service))
 	_, _ = pipe.Exec(ctx)
 	if err := now.Err(); err != nil {
 		return serviceView{}, fmt.Errorf("TIME: %w", err)
 	}
 	if err := beats.Err(); err != nil {
-		return serviceView{}, fmt.Errorf("HGETALL %s: %w", keys.workers(service), err)
+		return serviceView{}, fmt.Errorf("HGETALL %s: %w", keys.Workers(service), err)
 	}
 	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return serviceView{}, fmt.Errorf("GET %s: %w", keys.shardCount(service), err)
+		return serviceView{}, fmt.Errorf("GET %s: %w", keys.ShardCount(service), err)
 	}
-	table, _ := parseRouteTable(service, routes.Val())
+	table, _ := wire.ParseRouteTable(service, routes.Val())
 	return serviceView{now: now.Val(), beats: beats.Val(), routes: table, shards: parseShardCount(count.Result())}, nil
 }
 
 // live counts the live workers of each lane.
 func (v serviceView) live() map[string]int {
-	return liveWorkersByLane(v.beats, v.now.UnixMilli())
+	return wire.LiveByLane(v.beats, v.now.UnixMilli(), DefaultLane)
 }
 
 // DrainResult says what DrainLane moved.
@@ -193,26 +195,24 @@ func DrainLane(ctx context.Context, rdb redis.UniversalClient, prefix, service, 
 	if from == to {
 		return DrainResult{}, fmt.Errorf("rpr: drain lane %s into itself: name another lane to move its requests to", from)
 	}
-	keys := keyspace{prefix: orDefaultPrefix(prefix)}
+	keys := store.NewKeyspace(orDefaultPrefix(prefix))
 	view, err := readServiceView(ctx, rdb, keys, service)
 	if err != nil {
 		return DrainResult{}, fmt.Errorf("rpr: drain lane %s of %s: %w", from, service, err)
 	}
-	orphaned := "1"
-	if view.live()[from] > 0 {
-		orphaned = "0"
-	}
+	orphaned := view.live()[from] == 0
 	var res DrainResult
 	for shard, sk := range shardsOf(keys, service, 0, view.shards) {
-		k := []string{sk.requests(from), sk.requests(to), sk.retries(from), sk.retries(to)}
 		for {
-			out, err := moveLaneScript.Run(ctx, rdb, k, workersGroup, drainBatch, orphaned).Int64Slice()
+			call := store.NewMoveLane(sk, from, to, drainBatch, orphaned)
+			store.Run(ctx, rdb, &call.Call)
+			moved, movedRetries, left, err := call.Result()
 			if err != nil {
 				return res, fmt.Errorf("rpr: drain lane %s of %s (shard %d): %w", from, service, shard, err)
 			}
-			res.Moved += out[0] + out[1]
-			if out[0]+out[1] < drainBatch {
-				res.Left += out[2]
+			res.Moved += moved + movedRetries
+			if moved+movedRetries < drainBatch {
+				res.Left += left
 				break
 			}
 		}

@@ -3,21 +3,13 @@ package tunnel
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // Metric names. Durations are in seconds, as OpenTelemetry's RPC
@@ -213,117 +205,4 @@ func (c callMeasure) end(err error) {
 	if c.duration != nil {
 		c.duration.Record(c.ctx, time.Since(c.began).Seconds(), c.attrs.lookup(c.method, CodeOf(err), true).record...)
 	}
-}
-
-// prometheusEndpoint serves a MeterProvider's metrics at /metrics on addr,
-// for ServerOptions.PrometheusAddr.
-type prometheusEndpoint struct {
-	provider *sdkmetric.MeterProvider
-	server   *http.Server
-	listener net.Listener
-}
-
-// newPrometheusEndpoint listens on addr (":9464", "127.0.0.1:0", ...) and
-// returns a MeterProvider whose instruments it exposes.
-func newPrometheusEndpoint(addr string) (*prometheusEndpoint, error) {
-	registry := prometheus.NewRegistry()
-	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
-	if err != nil {
-		return nil, fmt.Errorf("rpr: Prometheus exporter: %w", err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("rpr: ServerOptions.PrometheusAddr %q: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	return &prometheusEndpoint{
-		provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
-		server:   &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
-		listener: ln,
-	}, nil
-}
-
-// serve runs until close.
-func (p *prometheusEndpoint) serve() error {
-	if err := p.server.Serve(p.listener); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// close stops the HTTP server and the provider.
-func (p *prometheusEndpoint) close(ctx context.Context) {
-	_ = p.server.Shutdown(ctx)
-	_ = p.provider.Shutdown(ctx)
-}
-
-// serviceGauges registers observable gauges of each service's queues (the
-// InspectLanes view), read from Redis when the metrics are collected: two
-// pipelined round trips per service per scrape. Queue gauges are per lane
-// (attributes rpc.service and rpr.lane, each over all the service's
-// shards); the dead-letter count and the backlog cap are per service
-// (rpc.service alone). The returned registration must be unregistered
-// when the server stops. capacity maps each service to its backlog cap,
-// exported beside the backlog so that an alert can compare the two (the
-// cap applies to the sum of the backlogs of the service's lanes).
-func serviceGauges(mp metric.MeterProvider, rdb redis.UniversalClient, prefix string, services []string, capacity map[string]int64) (metric.Registration, error) {
-	meter := meterOf(mp)
-	defs := []struct {
-		name, unit, desc string
-		value            func(ServiceStats) float64
-		perService       bool
-	}{
-		{"rpr.queue.length", "{request}", "Requests in the lane's streams: waiting plus being worked on.", func(s ServiceStats) float64 { return float64(s.Length) }, false},
-		{"rpr.queue.lag", "{request}", "Requests of the lane no worker has read yet.", func(s ServiceStats) float64 { return float64(s.Lag) }, false},
-		{"rpr.queue.pending", "{request}", "Requests of the lane read by a worker and not yet acknowledged.", func(s ServiceStats) float64 { return float64(s.Pending) }, false},
-		{"rpr.queue.oldest_pending_age", "s", "Age of the lane's oldest pending request.", func(s ServiceStats) float64 { return s.OldestPending.Seconds() }, false},
-		{"rpr.queue.consumers", "{consumer}", "Consumers the workers groups of the lane know (live or not).", func(s ServiceStats) float64 { return float64(s.Consumers) }, false},
-		{"rpr.queue.retrying", "{request}", "Async requests in the lane's retry sets, waiting for a retry or their scheduled time.", func(s ServiceStats) float64 { return float64(s.Retrying) }, false},
-		{"rpr.queue.backlog", "{request}", "Requests of the lane counted against the service's cap: its streams' length plus its retry sets.", func(s ServiceStats) float64 { return float64(s.Length + s.Retrying) }, false},
-		{"rpr.workers.live", "{worker}", "Workers serving the lane with a heartbeat in the last 5s.", func(s ServiceStats) float64 { return float64(s.LiveWorkers) }, false},
-		{"rpr.dlq.length", "{request}", "Entries in the service's dead-letter streams (all lanes and shards).", func(s ServiceStats) float64 { return float64(s.DeadLetters) }, true},
-	}
-	capacityGauge, err := meter.Int64ObservableGauge("rpr.queue.capacity", metric.WithUnit("{request}"),
-		metric.WithDescription("The service's backlog cap ((rpr.v1.service).max_backlog, else 100000), over all its lanes; clients refuse calls at 85% of it."))
-	if err != nil {
-		return nil, err
-	}
-	gauges := make([]metric.Float64ObservableGauge, len(defs))
-	observables := []metric.Observable{capacityGauge}
-	for i, d := range defs {
-		if gauges[i], err = meter.Float64ObservableGauge(d.name, metric.WithUnit(d.unit), metric.WithDescription(d.desc)); err != nil {
-			return nil, err
-		}
-		observables = append(observables, gauges[i])
-	}
-	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		var errs []error
-		for _, service := range services {
-			lanes, err := InspectLanes(ctx, rdb, prefix, service)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			serviceAttr := attribute.String("rpc.service", service)
-			attrs := metric.WithAttributeSet(attribute.NewSet(serviceAttr))
-			o.ObserveInt64(capacityGauge, capacity[service], attrs)
-			for i, d := range defs {
-				if d.perService {
-					o.ObserveFloat64(gauges[i], d.value(lanes[0]), attrs)
-				}
-			}
-			for _, stats := range lanes {
-				laneAttrs := metric.WithAttributeSet(attribute.NewSet(serviceAttr, attribute.String("rpr.lane", stats.Lane)))
-				for i, d := range defs {
-					if !d.perService {
-						o.ObserveFloat64(gauges[i], d.value(stats), laneAttrs)
-					}
-				}
-			}
-		}
-		return errors.Join(errs...)
-	}, observables...)
 }

@@ -2,9 +2,6 @@ package tunnel_test
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -12,52 +9,6 @@ import (
 
 	"github.com/rprtunnel/rpr/tunnel"
 )
-
-func TestServerExposesPrometheusMetrics(t *testing.T) {
-	e := newEnv(t, envConfig{server: tunnel.ServerOptions{PrometheusAddr: "127.0.0.1:0"}})
-	if _, err := e.call(context.Background(), "Fail", "x"); tunnel.CodeOf(err) != tunnel.NotFound {
-		t.Fatal(err)
-	}
-	// The server records a call once its answer is written, which can be
-	// just after the caller has it.
-	var text string
-	waitFor(t, "the failed call in /metrics", func() bool {
-		resp, err := http.Get("http://" + e.server.MetricsAddr() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		text = string(body)
-		return strings.Contains(text, `rpc_rpr_status_code="5"`)
-	})
-	for _, want := range []string{
-		`rpr_server_call_duration_seconds_count{`,
-		`rpc_method="Fail"`,
-		`rpc_rpr_status_code="5"`,
-		`rpr_server_queue_wait_seconds_bucket{`,
-		`rpr_server_calls_in_flight{`,
-		`rpr_queue_length{`,
-		`rpr_lane="default"`, // queue gauges are per lane
-		`rpr_queue_capacity{`,
-		`rpr_queue_oldest_pending_age_seconds{`,
-		`rpr_workers_live{`,
-		`rpr_dlq_length{`,
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
-	// The dead letters and the cap are the service's, not a lane's.
-	for line := range strings.SplitSeq(text, "\n") {
-		if (strings.HasPrefix(line, "rpr_dlq_length{") || strings.HasPrefix(line, "rpr_queue_capacity{")) && strings.Contains(line, "rpr_lane") {
-			t.Errorf("a per-service gauge has a lane: %s", line)
-		}
-	}
-	if t.Failed() {
-		t.Log(text)
-	}
-}
 
 func TestClientRecordsCallDurationByCode(t *testing.T) {
 	reader := sdkmetric.NewManualReader()

@@ -80,8 +80,8 @@ func TestMethodDescForAsync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if send.Service != "rprtest.options.v1.Options" || send.Name != "Send" || !send.Async || send.MaxBacklog != 5000 ||
-		send.BizCode != "MAIL" || send.Timeout != 2*time.Second || send.Retry == nil || send.Retry.MaxAttempts != 12 {
+	if send.Service.Name != "rprtest.options.v1.Options" || send.Name != "Send" || !send.Async || send.Service.MaxBacklog != 5000 ||
+		send.Service.BizCode != "MAIL" || send.Timeout != 2*time.Second || send.Retry == nil || send.Retry.MaxAttempts != 12 {
 		t.Errorf("MethodDescFor(Send) = %+v (retry %+v); want async, max backlog 5000, biz code MAIL, 2s, 12 attempts", send, send.Retry)
 	}
 
@@ -90,7 +90,7 @@ func TestMethodDescForAsync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lookup.Async || lookup.MaxBacklog != 5000 {
+	if lookup.Async || lookup.Service.MaxBacklog != 5000 {
 		t.Errorf("MethodDescFor(Lookup) = %+v; want not async, max backlog 5000", lookup)
 	}
 }
@@ -101,7 +101,7 @@ func TestMethodDescForMaxBacklogUnset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !send.Async || send.MaxBacklog != 0 || send.Retry != nil {
+	if !send.Async || send.Service.MaxBacklog != 0 || send.Retry != nil {
 		t.Errorf("MethodDescFor(Send) = %+v; want async with MaxBacklog 0 (the client's default) and no retry policy", send)
 	}
 }
@@ -116,7 +116,7 @@ func TestMethodDescForRefuses(t *testing.T) {
 		{
 			name:   "async method with a reply",
 			method: optionsMethod{name: "Send", output: ".google.protobuf.StringValue", opts: &rprv1.MethodOptions{Async: true}},
-			want:   "rpr: rprtest.options.v1.Options/Send is an async method ((rpr.v1.method).async) but returns google.protobuf.StringValue; async methods must return google.protobuf.Empty",
+			want:   "rpr: rprtest.options.v1.Options/Send is marked (rpr.v1.method).async but returns google.protobuf.StringValue; an async method's caller gets a receipt, not a reply, so it must return google.protobuf.Empty",
 		},
 		{
 			name:   "streaming",
@@ -127,7 +127,7 @@ func TestMethodDescForRefuses(t *testing.T) {
 			name:   "max_backlog beyond int64",
 			svc:    &rprv1.ServiceOptions{MaxBacklog: math.MaxInt64 + 1},
 			method: optionsMethod{name: "Send", output: ".google.protobuf.Empty", opts: &rprv1.MethodOptions{Async: true}},
-			want:   "rpr: rprtest.options.v1.Options/Send: (rpr.v1.service).max_backlog of 9223372036854775808 is more than an int64 can hold",
+			want:   "rpr: service rprtest.options.v1.Options: (rpr.v1.service).max_backlog of 9223372036854775808 is more than an int64 can hold",
 		},
 	}
 	for _, tt := range tests {
@@ -138,37 +138,5 @@ func TestMethodDescForRefuses(t *testing.T) {
 				t.Errorf("MethodDescFor = %+v, %v; want an error containing %q", desc, err, tt.want)
 			}
 		})
-	}
-}
-
-func TestOptionsMaxBacklog(t *testing.T) {
-	for _, tt := range []struct {
-		in      uint64
-		want    int64
-		wantErr bool
-	}{
-		{0, 0, false},
-		{1, 1, false},
-		{math.MaxInt64, math.MaxInt64, false},
-		{math.MaxInt64 + 1, 0, true},
-		{math.MaxUint64, 0, true},
-	} {
-		got, err := tunnel.MaxBacklogOption(tt.in)
-		if got != tt.want || (err != nil) != tt.wantErr {
-			t.Errorf("MaxBacklogOption(%d) = %d, %v; want %d, error %t", tt.in, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
-func TestRetryPolicyOptionAttemptsLimit(t *testing.T) {
-	for _, c := range []struct {
-		attempts uint32
-		async    bool
-		ok       bool
-	}{{100, false, true}, {101, false, false}, {500, true, true}, {1001, true, false}} {
-		_, err := tunnel.RetryPolicyOption(&rprv1.RetryPolicy{MaxAttempts: c.attempts}, c.async)
-		if (err == nil) != c.ok {
-			t.Errorf("max_attempts %d, async %t: err %v, want ok=%t", c.attempts, c.async, err, c.ok)
-		}
 	}
 }

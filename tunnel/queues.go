@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // queue is one request stream a server reads: its lane of one shard of a
@@ -14,23 +16,23 @@ import (
 type queue struct {
 	*serverService
 	shard    int
-	keys     shardKeys
+	keys     store.Shard
 	requests string // the lane's request stream
 	retries  string // the lane's retry set
 }
 
 // stateKey is the state hash of one of the queue's requests.
-func (q *queue) stateKey(requestID string) string { return q.keys.state(requestID) }
+func (q *queue) stateKey(requestID string) string { return q.keys.State(requestID) }
 
 // newQueue returns the queue of svc's shard in the server's lane.
 func (s *Server) newQueue(svc *serverService, shard int) *queue {
-	keys := s.keys.shard(svc.name, shard)
+	keys := s.keys.Shard(svc.name, shard)
 	return &queue{
 		serverService: svc,
 		shard:         shard,
 		keys:          keys,
-		requests:      keys.requests(s.opts.Lane),
-		retries:       keys.retries(s.opts.Lane),
+		requests:      keys.Requests(s.opts.Lane),
+		retries:       keys.Retries(s.opts.Lane),
 	}
 }
 
@@ -95,9 +97,9 @@ func (s *Server) shardsToRead(count int) []int {
 // openQueue makes sure q's stream and consumer group exist.
 func (s *Server) openQueue(ctx context.Context, q *queue) error {
 	// "0": a new group delivers what is already queued; nothing is lost.
-	err := s.rdb.XGroupCreateMkStream(ctx, q.requests, workersGroup, "0").Err()
+	err := s.rdb.XGroupCreateMkStream(ctx, q.requests, store.WorkersGroup, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("rpr: create consumer group %s on %s: %w", workersGroup, q.requests, err)
+		return fmt.Errorf("rpr: create consumer group %s on %s: %w", store.WorkersGroup, q.requests, err)
 	}
 	return nil
 }
@@ -117,7 +119,7 @@ func (r *serveRun) serveQueue(ctx context.Context, q *queue) bool {
 
 // followShards starts reading the shards of svc that a raise of its
 // recorded shard count to count added; the heartbeat reads the count every
-// heartbeatInterval. (Shards are never given up while serving: requests a
+// wire.BeatInterval. (Shards are never given up while serving: requests a
 // client sent just before a lowering are still read.) Nothing starts once
 // ctx, the Serve context, has ended.
 func (r *serveRun) followShards(ctx context.Context, svc *serverService, count int) {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // reclaimInterval is how often a reader scans for requests a dead worker
@@ -34,7 +36,7 @@ func (r *serveRun) reclaimOnce(ctx context.Context, q *queue, start string, slot
 	pipe := s.rdb.Pipeline()
 	owners := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
 		Stream: q.requests,
-		Group:  workersGroup,
+		Group:  store.WorkersGroup,
 		Idle:   s.opts.Lease,
 		Start:  start,
 		End:    "+",
@@ -42,7 +44,7 @@ func (r *serveRun) reclaimOnce(ctx context.Context, q *queue, start string, slot
 	})
 	claim := pipe.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream:   q.requests,
-		Group:    workersGroup,
+		Group:    store.WorkersGroup,
 		Consumer: s.opts.WorkerID,
 		MinIdle:  s.opts.Lease,
 		Start:    start,

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -20,6 +19,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // ErrNoSchema is wrapped by the error LoadSchema and LoadSchemaFiles return
@@ -81,7 +82,7 @@ func (s *Server) publishSchemas(ctx context.Context, services []*serverService) 
 			s.log.Warn("rpr: not publishing the schema", "service", svc.name, "error", err)
 			continue
 		}
-		written[svc.name] = pipe.Set(ctx, s.keys.schema(svc.name), raw, 0)
+		written[svc.name] = pipe.Set(ctx, s.keys.Schema(svc.name), raw, 0)
 	}
 	if len(written) == 0 {
 		return
@@ -89,61 +90,27 @@ func (s *Server) publishSchemas(ctx context.Context, services []*serverService) 
 	_, _ = pipe.Exec(ctx)
 	for name, cmd := range written {
 		if err := cmd.Err(); err != nil {
-			s.log.Warn("rpr: publish schema failed; rpr call and rpr describe may not know the service", "service", name, "key", s.keys.schema(name), "error", err)
+			s.log.Warn("rpr: publish schema failed; rpr call and rpr describe may not know the service", "service", name, "key", s.keys.Schema(name), "error", err)
 		}
 	}
 }
 
 // ListServices returns, sorted, the names of the services that have a
 // published schema or worker heartbeats under prefix ("" for
-// DefaultPrefix). It scans the keyspace (SCAN, never KEYS), on every master
+// DefaultPrefix). It scans the store.Keyspace (SCAN, never KEYS), on every master
 // of a Redis Cluster; meant for operators' tools, not for hot paths.
-func ListServices(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
-	keys := keyspace{prefix: orDefaultPrefix(prefix)}
-	patterns := []string{keys.workers("*"), keys.schema("*")}
-	for i, p := range patterns {
-		// Only the "*" we put in the hash tag is a wildcard.
-		patterns[i] = globEscape(keys.prefix) + strings.TrimPrefix(p, keys.prefix)
-	}
+func ListServices(ctx context.Context, client redis.UniversalClient, prefix string) ([]string, error) {
+	keys := store.NewKeyspace(prefix)
 	found := map[string]bool{}
-	err := scanEveryMaster(ctx, rdb, patterns, func(key string) {
-		if name, ok := keys.serviceOf(key); ok {
+	err := scanEveryMaster(ctx, client, keys.ServicePatterns(), func(key string) {
+		if name, ok := keys.ServiceOf(key); ok {
 			found[name] = true
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rpr: list services under prefix %q: %w", keys.prefix, err)
+		return nil, fmt.Errorf("rpr: list services under prefix %q: %w", keys.Prefix(), err)
 	}
 	return slices.Sorted(maps.Keys(found)), nil
-}
-
-// serviceOf returns the service whose workers or schema key is key.
-func (k keyspace) serviceOf(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, k.prefix+"{")
-	if !ok {
-		return "", false
-	}
-	name, _, ok := strings.Cut(rest, "}")
-	// "svc#k" is shard k of svc, whose keys the service's own stand for.
-	if !ok || name == "" || strings.ContainsAny(name, "{}#") {
-		return "", false
-	}
-	if k.workers(name) != key && k.schema(name) != key {
-		return "", false
-	}
-	return name, true
-}
-
-// globEscape escapes the characters Redis's MATCH treats as wildcards.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // LoadSchemaFiles reads the schema a server of service published under
@@ -155,7 +122,7 @@ func globEscape(s string) string {
 // when nothing was published.
 func LoadSchemaFiles(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (*protoregistry.Files, error) {
 	prefix = orDefaultPrefix(prefix)
-	key := keyspace{prefix: prefix}.schema(service)
+	key := store.NewKeyspace(prefix).Schema(service)
 	raw, err := rdb.Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("rpr: service %s: %w under prefix %q (key %s is absent): servers publish it each time they start, but only those built with an rpr that has rpr ls/describe/call; start a server of %s built with such an rpr once (or check the service name and the prefix)",

@@ -59,9 +59,10 @@ var registerRegistryFile = sync.OnceValue(func() error {
 // registryDesc is the hand-written ServiceDesc of registryService; the
 // methods answer "<method>: <input>".
 func registryDesc() *tunnel.ServiceDesc {
+	info := &tunnel.ServiceInfo{Name: registryService}
 	m := func(name string) tunnel.MethodDesc {
 		return tunnel.MethodDesc{
-			Service: registryService,
+			Service: info,
 			Name:    name,
 			Handler: func(_ any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 				in := new(wrapperspb.StringValue)
@@ -73,9 +74,9 @@ func registryDesc() *tunnel.ServiceDesc {
 		}
 	}
 	return &tunnel.ServiceDesc{
-		ServiceName: registryService,
-		Methods:     []tunnel.MethodDesc{m("Echo"), m("Plain")},
-		Metadata:    "rprtest/registry/v1/registry.proto",
+		Service: info,
+		Methods: []tunnel.MethodDesc{m("Echo"), m("Plain")},
+		File:    "rprtest/registry/v1/registry.proto",
 	}
 }
 
@@ -136,7 +137,7 @@ func TestSchemaPublishedAndCalledDynamically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if echo.Service != registryService || echo.Name != "Echo" || echo.Timeout != 3*time.Second || !echo.Idempotent || echo.BizCode != "RGS1" ||
+	if echo.Service.Name != registryService || echo.Name != "Echo" || echo.Timeout != 3*time.Second || !echo.Idempotent || echo.Service.BizCode != "RGS1" ||
 		echo.Retry == nil || echo.Retry.MaxAttempts != 4 || !slices.Equal(echo.Retry.RetryableCodes, []tunnel.Code{tunnel.Unavailable, tunnel.Aborted}) {
 		t.Errorf("MethodDescFor(Echo) = %+v (retry %+v)", echo, echo.Retry)
 	}

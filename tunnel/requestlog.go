@@ -1,6 +1,10 @@
 package tunnel
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/rprtunnel/rpr/internal/wire"
+)
 
 // requestLogger is the logger of one request, with its id and method,
 // made on first use: most requests log nothing, and slog's With costs
@@ -8,12 +12,12 @@ import "log/slog"
 // used by the one goroutine that handles the request.
 type requestLogger struct {
 	base *slog.Logger
-	env  *requestEnvelope
+	env  *wire.Request
 	made *slog.Logger
 }
 
 // requestLog returns the logger of the request env.
-func (s *Server) requestLog(env *requestEnvelope) *requestLogger {
+func (s *Server) requestLog(env *wire.Request) *requestLogger {
 	return &requestLogger{base: s.log, env: env}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,6 +15,9 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // A service's routing table sends calls to lanes: each lane is its own
@@ -37,23 +39,15 @@ import (
 // table every second, so a change applies within a second, without a
 // restart, even if the announcement is lost.
 
-// RouteRule is one rule of a route: which calls it matches and the lanes
-// it sends them to.
-type RouteRule struct {
-	// Match lists the request headers the rule requires, by lower-case
-	// key; a call matches when, for each, one of the header's values is
-	// the given one. Empty matches every call.
-	Match map[string]string `json:"match,omitempty"`
-	// Lanes are where matching calls go, chosen at random in proportion to
-	// the weights. One lane with any weight takes them all.
-	Lanes []LaneWeight `json:"lanes"`
-}
+// Route-rule shapes, until the operator API that sets routes moves to its
+// own package: the rules are wire.RouteRule.
+type (
+	RouteRule  = wire.RouteRule
+	LaneWeight = wire.LaneWeight
+)
 
-// LaneWeight is one lane of a rule and its share of the rule's calls.
-type LaneWeight struct {
-	Lane   string `json:"lane"`
-	Weight int    `json:"weight"`
-}
+// ValidateLane checks a lane name (see wire.ValidateLane).
+func ValidateLane(lane string) error { return wire.ValidateLane(lane) }
 
 // Route is the rules of one method pattern.
 type Route struct {
@@ -61,20 +55,6 @@ type Route struct {
 	Pattern string
 	// Rules are tried in order; the first match wins.
 	Rules []RouteRule
-}
-
-// maxLaneLen bounds lane names, which appear in key names.
-const maxLaneLen = 32
-
-var laneName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
-
-// ValidateLane checks a lane name: 1-32 characters of a-z, 0-9, '.', '_'
-// and '-', starting with a letter or digit. "default" is the default lane.
-func ValidateLane(lane string) error {
-	if len(lane) > maxLaneLen || !laneName.MatchString(lane) {
-		return fmt.Errorf("lane %q: want 1-%d characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit (e.g. v2, canary)", lane, maxLaneLen)
-	}
-	return nil
 }
 
 // ParseRouteRule reads a rule in the form the CLI and RouteRule.String
@@ -117,177 +97,15 @@ func ParseRouteRule(spec string) (RouteRule, error) {
 		}
 		rule.Lanes = append(rule.Lanes, LaneWeight{Lane: strings.TrimSpace(lane), Weight: weight})
 	}
-	if err := rule.validate(); err != nil {
+	if err := rule.Validate(); err != nil {
 		return RouteRule{}, fmt.Errorf("route rule %q: %w", spec, err)
 	}
 	return rule, nil
 }
 
-// validate checks a rule's lanes and weights.
-func (r RouteRule) validate() error {
-	if len(r.Lanes) == 0 {
-		return errors.New("no lane (e.g. v2, or v1:90,v2:10)")
-	}
-	seen := map[string]bool{}
-	for _, lw := range r.Lanes {
-		if err := ValidateLane(lw.Lane); err != nil {
-			return err
-		}
-		if seen[lw.Lane] {
-			return fmt.Errorf("lane %q is listed twice", lw.Lane)
-		}
-		seen[lw.Lane] = true
-		if lw.Weight < 0 {
-			return fmt.Errorf("lane %q has a negative weight", lw.Lane)
-		}
-	}
-	if r.totalWeight() == 0 {
-		return errors.New("the weights add up to 0; give at least one lane a weight")
-	}
-	for key := range r.Match {
-		if key == "" || key != strings.ToLower(key) {
-			return fmt.Errorf("header %q: match keys are lower-case and not empty", key)
-		}
-	}
-	return nil
-}
-
-// String returns the rule in ParseRouteRule's form.
-func (r RouteRule) String() string {
-	var b strings.Builder
-	if len(r.Match) > 0 {
-		for i, k := range slices.Sorted(maps.Keys(r.Match)) {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(k + "=" + r.Match[k])
-		}
-		b.WriteString(" => ")
-	}
-	for i, lw := range r.Lanes {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(lw.Lane)
-		if len(r.Lanes) > 1 {
-			b.WriteString(":" + strconv.Itoa(lw.Weight))
-		}
-	}
-	return b.String()
-}
-
-// matches reports whether a call with header satisfies the rule's Match.
-func (r RouteRule) matches(header Metadata) bool {
-	for key, want := range r.Match {
-		if !slices.Contains(header[key], want) {
-			return false
-		}
-	}
-	return true
-}
-
-// totalWeight adds up the weights of the rule's lanes.
-func (r RouteRule) totalWeight() int {
-	total := 0
-	for _, lw := range r.Lanes {
-		total += lw.Weight
-	}
-	return total
-}
-
-// pick chooses one of the rule's lanes by weight; roll is uniform in
-// [0, 1).
-func (r RouteRule) pick(roll float64) string {
-	n := int(roll * float64(r.totalWeight()))
-	for _, lw := range r.Lanes {
-		if n < lw.Weight {
-			return lw.Lane
-		}
-		n -= lw.Weight
-	}
-	return r.Lanes[len(r.Lanes)-1].Lane
-}
-
-// routeTable is a service's routing table as a client holds it.
-type routeTable map[string][]RouteRule // pattern -> rules
-
-// resolve returns the rule a call to method ("Method") with header goes
-// by, and its route's pattern: the first rule that matches, of the exact
-// method's route, then of the service wildcard's. nil: no rule matched,
-// the call goes to the default lane.
-func (t routeTable) resolve(service, method string, header Metadata) (pattern string, index int, rule *RouteRule) {
-	for _, pattern := range [...]string{service + "/" + method, service + "/*"} {
-		rules := t[pattern]
-		for i := range rules {
-			if rules[i].matches(header) {
-				return pattern, i, &rules[i]
-			}
-		}
-	}
-	return "", -1, nil
-}
-
-// lanes returns every lane the table names, sorted.
-func (t routeTable) lanes() []string {
-	set := map[string]bool{}
-	for _, rules := range t {
-		for _, r := range rules {
-			for _, lw := range r.Lanes {
-				if lw.Weight > 0 {
-					set[lw.Lane] = true
-				}
-			}
-		}
-	}
-	return slices.Sorted(maps.Keys(set))
-}
-
-// parseRouteTable decodes the routes hash; fields that do not decode are
-// reported and skipped, so one bad entry does not stop the others.
-func parseRouteTable(service string, hash map[string]string) (routeTable, []error) {
-	table := routeTable{}
-	var errs []error
-	for pattern, raw := range hash {
-		if err := validatePattern(service, pattern); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		var rules []RouteRule
-		if err := json.Unmarshal([]byte(raw), &rules); err != nil {
-			errs = append(errs, fmt.Errorf("route %s: not a JSON list of rules: %w (fix it with `rpr routes set`)", pattern, err))
-			continue
-		}
-		bad := false
-		for _, r := range rules {
-			if err := r.validate(); err != nil {
-				errs = append(errs, fmt.Errorf("route %s: %w (fix it with `rpr routes set`)", pattern, err))
-				bad = true
-			}
-		}
-		if !bad && len(rules) > 0 {
-			table[pattern] = rules
-		}
-	}
-	return table, errs
-}
-
-// validatePattern checks a method pattern of service's table.
-func validatePattern(service, pattern string) error {
-	svc, method, ok := strings.Cut(pattern, "/")
-	switch {
-	case !ok || method == "":
-		return fmt.Errorf("route pattern %q: want %s/Method or %s/*", pattern, service, service)
-	case svc != service:
-		return fmt.Errorf("route pattern %q is not of service %s (want %s/Method or %s/*)", pattern, service, service, service)
-	case method != "*" && strings.ContainsAny(method, "*/{} "):
-		return fmt.Errorf("route pattern %q: a method is an exact name, or * for all of them", pattern)
-	}
-	return nil
-}
-
 // clientRoutes is what a client holds of a service's routing table.
 type clientRoutes struct {
-	table atomic.Pointer[routeTable]
+	table atomic.Pointer[wire.RouteTable]
 	raw   atomic.Pointer[map[string]string] // the hash last read, to skip reparsing
 }
 
@@ -297,7 +115,7 @@ func (r *clientRoutes) observe(service string, hash map[string]string) []error {
 	if last := r.raw.Load(); last != nil && maps.Equal(*last, hash) {
 		return nil
 	}
-	table, errs := parseRouteTable(service, hash)
+	table, errs := wire.ParseRouteTable(service, hash)
 	r.table.Store(&table)
 	r.raw.Store(&hash)
 	return errs
@@ -309,8 +127,8 @@ func (r *clientRoutes) lane(service, method string, header Metadata) string {
 	if t == nil || len(*t) == 0 {
 		return DefaultLane
 	}
-	if _, _, rule := t.resolve(service, method, header); rule != nil {
-		return rule.pick(rand.Float64())
+	if _, _, rule := t.Resolve(service, method, header); rule != nil {
+		return rule.Pick(rand.Float64())
 	}
 	return DefaultLane
 }
@@ -318,7 +136,7 @@ func (r *clientRoutes) lane(service, method string, header Metadata) string {
 // lanes returns the lanes the table names.
 func (r *clientRoutes) lanes() []string {
 	if t := r.table.Load(); t != nil {
-		return t.lanes()
+		return t.Lanes()
 	}
 	return nil
 }
@@ -327,25 +145,25 @@ func (r *clientRoutes) lanes() []string {
 // `rpr routes` uses. Changes apply to every client within a second.
 type RouteTable struct {
 	rdb     redis.UniversalClient
-	keys    keyspace
+	keys    store.Keyspace
 	service string
 }
 
 // NewRouteTable returns the routing table of service under prefix ("" for
 // DefaultPrefix).
 func NewRouteTable(rdb redis.UniversalClient, prefix, service string) *RouteTable {
-	return &RouteTable{rdb: rdb, keys: keyspace{prefix: orDefaultPrefix(prefix)}, service: service}
+	return &RouteTable{rdb: rdb, keys: store.NewKeyspace(orDefaultPrefix(prefix)), service: service}
 }
 
 // List returns the routes, sorted by pattern, exact methods before the
 // wildcard. Entries that do not decode are reported in the error, after
 // the routes that do.
 func (t *RouteTable) List(ctx context.Context) ([]Route, error) {
-	hash, err := t.rdb.HGetAll(ctx, t.keys.routes(t.service)).Result()
+	hash, err := t.rdb.HGetAll(ctx, t.keys.Routes(t.service)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("rpr: read routes of %s: %w", t.service, err)
 	}
-	table, errs := parseRouteTable(t.service, hash)
+	table, errs := wire.ParseRouteTable(t.service, hash)
 	routes := make([]Route, 0, len(table))
 	for pattern, rules := range table {
 		routes = append(routes, Route{Pattern: pattern, Rules: rules})
@@ -364,7 +182,7 @@ func (t *RouteTable) List(ctx context.Context) ([]Route, error) {
 // tells every client. It validates everything first and changes nothing
 // when something is wrong.
 func (t *RouteTable) Set(ctx context.Context, pattern string, rules []RouteRule) error {
-	if err := validatePattern(t.service, pattern); err != nil {
+	if err := wire.ValidatePattern(t.service, pattern); err != nil {
 		return err
 	}
 	if len(rules) == 0 {
@@ -379,7 +197,7 @@ func (t *RouteTable) Set(ctx context.Context, pattern string, rules []RouteRule)
 		if len(match) > 0 {
 			rules[i].Match = match
 		}
-		if err := rules[i].validate(); err != nil {
+		if err := rules[i].Validate(); err != nil {
 			return fmt.Errorf("route %s, rule %d: %w", pattern, i+1, err)
 		}
 	}
@@ -387,7 +205,7 @@ func (t *RouteTable) Set(ctx context.Context, pattern string, rules []RouteRule)
 	if err != nil {
 		return fmt.Errorf("rpr: encode route %s: %w", pattern, err)
 	}
-	if err := t.rdb.HSet(ctx, t.keys.routes(t.service), pattern, raw).Err(); err != nil {
+	if err := t.rdb.HSet(ctx, t.keys.Routes(t.service), pattern, raw).Err(); err != nil {
 		return fmt.Errorf("rpr: write route %s: %w", pattern, err)
 	}
 	t.announce(ctx)
@@ -396,7 +214,7 @@ func (t *RouteTable) Set(ctx context.Context, pattern string, rules []RouteRule)
 
 // Remove deletes the route of pattern; false when there was none.
 func (t *RouteTable) Remove(ctx context.Context, pattern string) (bool, error) {
-	n, err := t.rdb.HDel(ctx, t.keys.routes(t.service), pattern).Result()
+	n, err := t.rdb.HDel(ctx, t.keys.Routes(t.service), pattern).Result()
 	if err != nil {
 		return false, fmt.Errorf("rpr: remove route %s: %w", pattern, err)
 	}
@@ -409,7 +227,7 @@ func (t *RouteTable) Remove(ctx context.Context, pattern string) (bool, error) {
 // announce tells clients to reload the table now; if the message is lost,
 // their periodic reload still picks the change up within a second.
 func (t *RouteTable) announce(ctx context.Context) {
-	_ = t.rdb.Publish(ctx, t.keys.routesChanged(t.service), "changed").Err()
+	_ = t.rdb.Publish(ctx, t.keys.RoutesChanged(t.service), "changed").Err()
 }
 
 // RouteDecision is where a call would go (see RouteTable.Test).
@@ -432,22 +250,22 @@ func (t *RouteTable) Test(ctx context.Context, method string, header Metadata) (
 	if method == "" || strings.ContainsAny(method, "/*") {
 		return RouteDecision{}, fmt.Errorf("method %q: want a method name of %s, e.g. %s/SayHello", method, t.service, t.service)
 	}
-	hash, err := t.rdb.HGetAll(ctx, t.keys.routes(t.service)).Result()
+	hash, err := t.rdb.HGetAll(ctx, t.keys.Routes(t.service)).Result()
 	if err != nil {
 		return RouteDecision{}, fmt.Errorf("rpr: read routes of %s: %w", t.service, err)
 	}
-	table, _ := parseRouteTable(t.service, hash)
+	table, _ := wire.ParseRouteTable(t.service, hash)
 	lower := Metadata{}
 	for k, v := range header {
 		lower[strings.ToLower(k)] = v
 	}
-	pattern, index, rule := table.resolve(t.service, method, lower)
+	pattern, index, rule := table.Resolve(t.service, method, lower)
 	d := RouteDecision{Pattern: pattern, Rule: rule, RuleNumber: index + 1, Lanes: map[string]float64{}}
 	if rule == nil {
 		d.Lanes[DefaultLane] = 1
 		return d, nil
 	}
-	total := rule.totalWeight()
+	total := rule.TotalWeight()
 	for _, lw := range rule.Lanes {
 		if lw.Weight > 0 {
 			d.Lanes[lw.Lane] = float64(lw.Weight) / float64(total)

@@ -46,14 +46,15 @@ func (s *laneServer) executed() map[string]int {
 }
 
 func lanesDesc(shards int) *tunnel.ServiceDesc {
+	info := &tunnel.ServiceInfo{Name: lanesService, Shards: shards}
 	which := tunnel.MethodDesc{
-		Service: lanesService, Name: "Which", Shards: shards,
+		Service: info, Name: "Which",
 		Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			return wrapperspb.String(impl.(*laneServer).lane), nil
 		},
 	}
 	job := tunnel.MethodDesc{
-		Service: lanesService, Name: "Job", Shards: shards, Async: true, Idempotent: true,
+		Service: info, Name: "Job", Async: true, Idempotent: true,
 		Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			in := new(wrapperspb.StringValue)
 			if err := decode(in); err != nil {
@@ -63,7 +64,7 @@ func lanesDesc(shards int) *tunnel.ServiceDesc {
 			return nil, nil
 		},
 	}
-	return &tunnel.ServiceDesc{ServiceName: lanesService, Methods: []tunnel.MethodDesc{which, job}}
+	return &tunnel.ServiceDesc{Service: info, Methods: []tunnel.MethodDesc{which, job}}
 }
 
 // startLane runs a server of lanesService in lane until the test ends or

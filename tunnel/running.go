@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // runningRequest is a request a worker has claimed and not yet completed.
@@ -91,7 +93,7 @@ var (
 func (r *serveRun) watchCancellations(stop <-chan struct{}, services []*serverService) {
 	channels := make([]string, len(services))
 	for i, svc := range services {
-		channels[i] = r.server.keys.cancels(svc.name)
+		channels[i] = r.server.keys.Cancels(svc.name)
 	}
 	sub := r.server.rdb.Subscribe(context.Background(), channels...)
 	defer sub.Close()
@@ -135,19 +137,14 @@ func (r *serveRun) extendLeases(stop <-chan struct{}) {
 func (r *serveRun) extendOnce(ctx context.Context) {
 	s := r.server
 	for q, reqs := range r.running.byQueue() {
-		keys := []string{q.requests}
-		args := []any{workersGroup, s.opts.WorkerID, s.opts.Lease.Milliseconds()}
+		call := store.NewExtend(q.requests, s.opts.WorkerID, s.opts.Lease)
 		idOfEntry := make(map[string]string, len(reqs))
 		for id, req := range reqs {
-			mode, key := "s", req.state
-			if req.fast {
-				mode, key = "f", q.requests // no state hash; any key of the shard
-			}
-			keys = append(keys, key)
-			args = append(args, req.entryID, mode)
+			call.Add(req.entryID, req.state) // "" on the fast path
 			idOfEntry[req.entryID] = id
 		}
-		lost, err := extendScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+		store.Run(ctx, s.rdb, &call.Call)
+		lost, err := call.Result()
 		if err != nil {
 			s.log.Warn("rpr: extend leases; if this goes on for a lease, other workers take the requests over", "stream", q.requests, "running", len(reqs), "error", err)
 			continue

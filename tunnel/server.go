@@ -15,6 +15,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // ServerOptions configure a Server. The zero value works.
@@ -58,13 +61,11 @@ type ServerOptions struct {
 	// metadata (default: W3C Trace Context).
 	Propagator propagation.TextMapPropagator
 	// MeterProvider makes the server's instruments (default: the global
-	// one): handler duration by method and code, queue wait, requests in
-	// flight. Ignored when PrometheusAddr is set.
+	// one, otel.GetMeterProvider): handler duration by method and code,
+	// queue wait, requests in flight. The queues' own figures (backlog,
+	// pending, dead letters) are a deployment's, not a server's: one `rpr
+	// exporter` serves them for all servers.
 	MeterProvider metric.MeterProvider
-	// PrometheusAddr, when set (e.g. ":9464"), makes Serve expose the
-	// server's metrics at http://PrometheusAddr/metrics for as long as it
-	// runs, through the OpenTelemetry Prometheus exporter.
-	PrometheusAddr string
 	// IdempotencyWindow is how long the server remembers that an async
 	// request's idempotency key succeeded (default DefaultIdempotencyWindow,
 	// 24h): within it, another request or delivery with the key is not run
@@ -97,7 +98,7 @@ type ServerOptions struct {
 // other workers take over its requests whose leases have expired: at least
 // three missed beats, so one slow beat does not condemn a live worker.
 func (s *Server) deadAfter() time.Duration {
-	return max(s.opts.Lease, 3*heartbeatInterval)
+	return max(s.opts.Lease, 3*wire.BeatInterval)
 }
 
 // ServerStats counts events a Server has seen since it was created.
@@ -132,7 +133,7 @@ func (s *Server) Stats() ServerStats {
 type Server struct {
 	rdb         redis.UniversalClient
 	opts        ServerOptions
-	keys        keyspace
+	keys        store.Keyspace
 	log         *slog.Logger
 	interceptor UnaryServerInterceptor
 	clock       redisClock
@@ -140,10 +141,9 @@ type Server struct {
 	stats       serverStats
 	tracing     tracing
 
-	mu          sync.Mutex
-	services    map[string]*serverService
-	started     bool
-	metricsAddr string // where PrometheusAddr ended up listening
+	mu       sync.Mutex
+	services map[string]*serverService
+	started  bool
 }
 
 // serverService is a registered service.
@@ -215,22 +215,13 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	return &Server{
 		rdb:         rdb,
 		opts:        opts,
-		keys:        keyspace{prefix: opts.Prefix},
+		keys:        store.NewKeyspace(opts.Prefix),
 		log:         opts.Logger.With("rpr_worker", opts.WorkerID),
 		interceptor: chainServerInterceptors(opts.Interceptors),
 		created:     time.Now(),
 		tracing:     newTracing(opts.TracerProvider, opts.Propagator),
 		services:    map[string]*serverService{},
 	}, nil
-}
-
-// MetricsAddr returns the address the Prometheus endpoint listens on, once
-// Serve has started it ("" without ServerOptions.PrometheusAddr). Useful
-// with PrometheusAddr "127.0.0.1:0".
-func (s *Server) MetricsAddr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.metricsAddr
 }
 
 // WorkerID returns the id this server's worker uses.
@@ -241,43 +232,52 @@ func (s *Server) WorkerID() string { return s.opts.WorkerID }
 // impl not implementing the service, a service registered twice, or
 // registration after Serve started), like http.Handle does.
 func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
+	if desc.Service == nil || desc.Service.Name == "" {
+		panic("rpr: RegisterService: ServiceDesc.Service is nil or has no Name (regenerate the code with protoc-gen-rpr)")
+	}
+	name := desc.Service.Name
 	if impl == nil {
-		panic(fmt.Sprintf("rpr: RegisterService(%s): implementation is nil", desc.ServiceName))
+		panic(fmt.Sprintf("rpr: RegisterService(%s): implementation is nil", name))
 	}
 	if desc.HandlerType != nil {
 		want := reflect.TypeOf(desc.HandlerType).Elem()
 		if got := reflect.TypeOf(impl); !got.Implements(want) {
-			panic(fmt.Sprintf("rpr: RegisterService(%s): %v does not implement %v", desc.ServiceName, got, want))
+			panic(fmt.Sprintf("rpr: RegisterService(%s): %v does not implement %v", name, got, want))
+		}
+	}
+	for i := range desc.Methods {
+		if m := &desc.Methods[i]; m.Service != desc.Service {
+			panic(fmt.Sprintf("rpr: RegisterService(%s): method %s points to another ServiceInfo than the ServiceDesc's; every MethodDesc.Service must be ServiceDesc.Service", name, m.Name))
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
-		panic(fmt.Sprintf("rpr: RegisterService(%s) after Serve: register every service first", desc.ServiceName))
+		panic(fmt.Sprintf("rpr: RegisterService(%s) after Serve: register every service first", name))
 	}
-	if _, dup := s.services[desc.ServiceName]; dup {
-		panic(fmt.Sprintf("rpr: RegisterService(%s): service registered twice", desc.ServiceName))
+	if _, dup := s.services[name]; dup {
+		panic(fmt.Sprintf("rpr: RegisterService(%s): service registered twice", name))
 	}
 	svc := &serverService{
-		name:    desc.ServiceName,
-		impl:    impl,
-		methods: make(map[string]*MethodDesc, len(desc.Methods)),
-		shards:  1,
+		name:       name,
+		impl:       impl,
+		methods:    make(map[string]*MethodDesc, len(desc.Methods)),
+		shards:     1,
+		maxBacklog: DefaultMaxBacklog,
 	}
-	if n := s.opts.Shards[desc.ServiceName]; n > 0 {
+	switch n := s.opts.Shards[name]; {
+	case desc.Service.Shards > 0:
+		svc.shards = desc.Service.Shards
+	case n > 0:
 		svc.shards = n
 	}
-	svc.maxBacklog = DefaultMaxBacklog
+	if desc.Service.MaxBacklog > 0 {
+		svc.maxBacklog = desc.Service.MaxBacklog
+	}
 	for i := range desc.Methods {
 		svc.methods[desc.Methods[i].Name] = &desc.Methods[i]
-		if desc.Methods[i].MaxBacklog > 0 {
-			svc.maxBacklog = desc.Methods[i].MaxBacklog
-		}
-		if desc.Methods[i].Shards > 0 {
-			svc.shards = desc.Methods[i].Shards
-		}
 	}
-	s.services[desc.ServiceName] = svc
+	s.services[name] = svc
 }
 
 // Serve runs the registered services until ctx ends, then shuts down
@@ -311,43 +311,10 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		return err
 	}
-	meterProvider := s.opts.MeterProvider
-	if s.opts.PrometheusAddr != "" {
-		endpoint, err := newPrometheusEndpoint(s.opts.PrometheusAddr)
-		if err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.metricsAddr = endpoint.listener.Addr().String()
-		s.mu.Unlock()
-		meterProvider = endpoint.provider
-		go func() {
-			if err := endpoint.serve(); err != nil {
-				s.log.Error("rpr: metrics endpoint stopped", "error", err)
-			}
-		}()
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			endpoint.close(ctx)
-		}()
-		s.log.Info("rpr: serving metrics", "url", "http://"+s.metricsAddr+"/metrics")
-	}
-	metrics, err := newServerMetrics(meterProvider)
+	metrics, err := newServerMetrics(s.opts.MeterProvider)
 	if err != nil {
 		return fmt.Errorf("rpr: server metrics: %w", err)
 	}
-	names := make([]string, len(services))
-	capacity := make(map[string]int64, len(services))
-	for i, svc := range services {
-		names[i] = svc.name
-		capacity[svc.name] = svc.maxBacklog
-	}
-	gauges, err := serviceGauges(meterProvider, s.rdb, s.opts.Prefix, names, capacity)
-	if err != nil {
-		return fmt.Errorf("rpr: server metrics: %w", err)
-	}
-	defer func() { _ = gauges.Unregister() }()
 
 	run := &serveRun{
 		server:      s,
@@ -390,10 +357,8 @@ func (s *Server) Serve(ctx context.Context) error {
 // groups, loads the scripts and announces the worker, so clients see it
 // before Serve reads anything. It returns the queues to read.
 func (s *Server) prepare(ctx context.Context, services []*serverService) ([]*queue, error) {
-	for _, script := range allScripts {
-		if err := script.Load(ctx, s.rdb).Err(); err != nil {
-			return nil, fmt.Errorf("rpr: load Lua scripts: %w", err)
-		}
+	if err := store.LoadScripts(ctx, s.rdb); err != nil {
+		return nil, fmt.Errorf("rpr: %w", err)
 	}
 	var queues []*queue
 	for _, svc := range services {

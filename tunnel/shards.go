@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // A service may be sharded over N hash tags, {S} (shard 0) and {S#1} to
@@ -80,8 +82,10 @@ func (p *shardPicker) pick(key string) int {
 
 // raiseShards records that a service has at least n shards and returns
 // the count in force.
-func raiseShards(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, n int) (int, error) {
-	got, err := raiseShardsScript.Run(ctx, rdb, []string{keys.shardCount(service)}, n).Int()
+func raiseShards(ctx context.Context, client redis.UniversalClient, keys store.Keyspace, service string, n int) (int, error) {
+	call := store.NewRaiseShards(keys.ShardCount(service), n)
+	store.Run(ctx, client, &call.Call)
+	got, err := call.Result()
 	if err != nil {
 		return 0, fmt.Errorf("record shard count of %s: %w", service, err)
 	}
@@ -108,8 +112,8 @@ var ErrShardsHoldRequests = errors.New("shards that would go still hold requests
 // ShardCount returns the number of shards recorded for service under
 // prefix ("" for DefaultPrefix): 1 when the service is not sharded.
 func ShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (int, error) {
-	keys := keyspace{prefix: orDefaultPrefix(prefix)}
-	raw, err := rdb.Get(ctx, keys.shardCount(service)).Result()
+	keys := store.NewKeyspace(orDefaultPrefix(prefix))
+	raw, err := rdb.Get(ctx, keys.ShardCount(service)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("rpr: read shard count of %s: %w", service, err)
 	}
@@ -129,7 +133,7 @@ func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 	if err := validShards(n); err != nil {
 		return fmt.Errorf("rpr: %s: %w", service, err)
 	}
-	keys := keyspace{prefix: orDefaultPrefix(prefix)}
+	keys := store.NewKeyspace(orDefaultPrefix(prefix))
 	current, err := ShardCount(ctx, rdb, prefix, service)
 	if err != nil {
 		return err
@@ -146,7 +150,7 @@ func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 		}
 		for i, sk := range going {
 			shard := n + i
-			letters, err := rdb.XLen(ctx, sk.deadLetters()).Result()
+			letters, err := rdb.XLen(ctx, sk.DeadLetters()).Result()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return fmt.Errorf("rpr: count dead letters of %s shard %d: %w", service, shard, err)
 			}
@@ -158,17 +162,17 @@ func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, servi
 			}
 		}
 	}
-	if err := rdb.Set(ctx, keys.shardCount(service), n, 0).Err(); err != nil {
+	if err := rdb.Set(ctx, keys.ShardCount(service), n, 0).Err(); err != nil {
 		return fmt.Errorf("rpr: set shard count of %s: %w", service, err)
 	}
 	return nil
 }
 
 // shardsOf returns the keys of shards from to to-1 of service.
-func shardsOf(keys keyspace, service string, from, to int) []shardKeys {
-	out := make([]shardKeys, 0, max(to-from, 0))
+func shardsOf(keys store.Keyspace, service string, from, to int) []store.Shard {
+	out := make([]store.Shard, 0, max(to-from, 0))
 	for shard := from; shard < to; shard++ {
-		out = append(out, keys.shard(service, shard))
+		out = append(out, keys.Shard(service, shard))
 	}
 	return out
 }
@@ -176,12 +180,12 @@ func shardsOf(keys keyspace, service string, from, to int) []shardKeys {
 // queueBacklog counts the requests lanes hold in shards: in their request
 // streams (queued and running) and retry sets, added up by lane and by
 // shard (byShard[i] is shards[i]'s), in one pipelined round trip.
-func queueBacklog(ctx context.Context, rdb redis.UniversalClient, shards []shardKeys, lanes []string) (byLane map[string]int64, byShard []int64, err error) {
+func queueBacklog(ctx context.Context, rdb redis.UniversalClient, shards []store.Shard, lanes []string) (byLane map[string]int64, byShard []int64, err error) {
 	pipe := rdb.Pipeline()
 	cmds := make([][]*redis.IntCmd, len(shards)) // [shard][2*lane], [2*lane+1]
 	for i, sk := range shards {
 		for _, lane := range lanes {
-			cmds[i] = append(cmds[i], pipe.XLen(ctx, sk.requests(lane)), pipe.ZCard(ctx, sk.retries(lane)))
+			cmds[i] = append(cmds[i], pipe.XLen(ctx, sk.Requests(lane)), pipe.ZCard(ctx, sk.Retries(lane)))
 		}
 	}
 	_, _ = pipe.Exec(ctx)
@@ -189,7 +193,7 @@ func queueBacklog(ctx context.Context, rdb redis.UniversalClient, shards []shard
 	for i, shardCmds := range cmds {
 		for j, cmd := range shardCmds {
 			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, nil, fmt.Errorf("rpr: count requests in %s: %w", shards[i].tag, err)
+				return nil, nil, fmt.Errorf("rpr: count requests in %s: %w", shards[i].Tag, err)
 			}
 			byLane[lanes[j/2]] += cmd.Val()
 			byShard[i] += cmd.Val()

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // RequestTrace is everything Redis still knows about one request, for
@@ -100,10 +103,10 @@ func TraceRequest(ctx context.Context, rdb redis.UniversalClient, prefix, servic
 	if err != nil {
 		return nil, err
 	}
-	keys := keyspace{prefix: orDefaultPrefix(prefix)}
+	keys := store.NewKeyspace(orDefaultPrefix(prefix))
 	candidates := []string{service}
 	if service == "" {
-		if candidates, err = ListServices(ctx, rdb, keys.prefix); err != nil {
+		if candidates, err = ListServices(ctx, rdb, keys.Prefix()); err != nil {
 			return nil, err
 		}
 	}
@@ -121,12 +124,12 @@ func TraceRequest(ctx context.Context, rdb redis.UniversalClient, prefix, servic
 
 // traceIn fills tr when service knows request id, looking in each of its
 // shards in turn.
-func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service, id string, tr *RequestTrace) error {
+func traceIn(ctx context.Context, rdb redis.UniversalClient, keys store.Keyspace, service, id string, tr *RequestTrace) error {
 	view, err := readServiceView(ctx, rdb, keys, service)
 	if err != nil {
 		return fmt.Errorf("rpr: trace %s in %s: %w", id, service, err)
 	}
-	lanes := inspectedLanes(view.routes.lanes(), view.beats)
+	lanes := inspectedLanes(view.routes.Lanes(), view.beats)
 	shards := view.shards
 	for shard := range shards {
 		found, err := traceInShard(ctx, rdb, keys, service, shard, lanes, id, tr)
@@ -140,18 +143,18 @@ func traceIn(ctx context.Context, rdb redis.UniversalClient, keys keyspace, serv
 
 // traceInShard fills tr and reports true when shard of service knows
 // request id.
-func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace, service string, shard int, lanes []string, id string, tr *RequestTrace) (bool, error) {
-	sk := keys.shard(service, shard)
-	stateKey := sk.state(id)
+func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys store.Keyspace, service string, shard int, lanes []string, id string, tr *RequestTrace) (bool, error) {
+	sk := keys.Shard(service, shard)
+	stateKey := sk.State(id)
 	pipe := rdb.Pipeline()
 	state := pipe.HGetAll(ctx, stateKey)
 	ttl := pipe.PTTL(ctx, stateKey)
-	dlq := pipe.XRevRangeN(ctx, sk.deadLetters(), "+", "-", deadLetterScan)
+	dlq := pipe.XRevRangeN(ctx, sk.DeadLetters(), "+", "-", deadLetterScan)
 	queued := make([]*redis.XMessageSliceCmd, len(lanes))
 	retrying := make([]*redis.ZSliceCmd, len(lanes))
 	for i, lane := range lanes {
-		queued[i] = pipe.XRangeN(ctx, sk.requests(lane), "-", "+", deadLetterScan)
-		retrying[i] = pipe.ZRangeWithScores(ctx, sk.retries(lane), 0, deadLetterScan-1)
+		queued[i] = pipe.XRangeN(ctx, sk.Requests(lane), "-", "+", deadLetterScan)
+		retrying[i] = pipe.ZRangeWithScores(ctx, sk.Retries(lane), 0, deadLetterScan-1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return false, fmt.Errorf("rpr: trace %s in %s (shard %d): %w", id, service, shard, err)
@@ -159,22 +162,22 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 	// An async request's state is named by its idempotency key, which its
 	// envelope (queued, retrying or dead-lettered) tells.
 	key, lane := "", ""
-	noteKey := func(env *requestEnvelope) {
-		if env.Kind == kindAsync {
+	noteKey := func(env *wire.Request) {
+		if env.Kind == wire.KindAsync {
 			key = env.Key
 		}
 	}
 	var deadLetters []TraceDeadLetter
 	for _, m := range dlq.Val() {
-		raw, _ := m.Values[envelopeField].(string)
-		if rid, _ := peekReplyAddress([]byte(raw)); rid == id {
+		raw, _ := m.Values[wire.Field].(string)
+		if rid, _ := wire.PeekReplyAddress([]byte(raw)); rid == id {
 			reason, _ := m.Values["reason"].(string)
 			ms, _ := streamIDMillis(m.ID)
 			deadLetters = append(deadLetters, TraceDeadLetter{ID: deadLetterID(shard, m.ID), Time: time.UnixMilli(ms), Reason: reason})
 			if l, _ := m.Values["lane"].(string); l != "" && lane == "" {
 				lane = l // the newest dead letter's
 			}
-			if env, err := decodeRequestString(raw); err == nil {
+			if env, err := wire.DecodeRequestString(raw); err == nil {
 				noteKey(env)
 			}
 		}
@@ -183,11 +186,11 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 	var retry *TraceRetry
 	for i := range lanes {
 		for _, m := range queued[i].Val() {
-			raw, _ := m.Values[envelopeField].(string)
-			if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
+			raw, _ := m.Values[wire.Field].(string)
+			if rid, _ := wire.PeekReplyAddress([]byte(raw)); rid != id {
 				continue
 			}
-			if env, err := decodeRequestString(raw); err == nil {
+			if env, err := wire.DecodeRequestString(raw); err == nil {
 				entry = &TraceEntry{ID: m.ID, Method: env.Method, Enqueued: unixMillis(env.Enqueued),
 					Deadline: unixMillis(env.Deadline), Header: env.Header}
 				lane = lanes[i]
@@ -196,10 +199,10 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 		}
 		for _, z := range retrying[i].Val() {
 			raw, _ := z.Member.(string)
-			if rid, _ := peekReplyAddress([]byte(raw)); rid != id {
+			if rid, _ := wire.PeekReplyAddress([]byte(raw)); rid != id {
 				continue
 			}
-			if env, err := decodeRequestString(raw); err == nil {
+			if env, err := wire.DecodeRequestString(raw); err == nil {
 				retry = &TraceRetry{Due: time.UnixMilli(int64(z.Score)), Attempt: env.Attempt}
 				lane = lanes[i]
 				noteKey(env)
@@ -208,7 +211,7 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 	}
 	st := state.Val()
 	if key != "" && key != id {
-		stateKey = sk.state(key)
+		stateKey = sk.State(key)
 		pipe := rdb.Pipeline()
 		state, ttl = pipe.HGetAll(ctx, stateKey), pipe.PTTL(ctx, stateKey)
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -229,8 +232,8 @@ func traceInShard(ctx context.Context, rdb redis.UniversalClient, keys keyspace,
 		tr.ExpiresIn = d
 	}
 	if raw := st["resp"]; raw != "" {
-		if resp, err := decodeResponseString(raw); err == nil {
-			tr.Answer = &TraceAnswer{Code: resp.Code, Message: resp.Message, Bytes: len(resp.Payload)}
+		if resp, err := wire.DecodeResponseString(raw); err == nil {
+			tr.Answer = &TraceAnswer{Code: Code(resp.Code), Message: resp.Message, Bytes: len(resp.Payload)}
 		}
 	}
 	return true, nil

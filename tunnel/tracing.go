@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // tracerName names rpr's instrumentation scope.
@@ -110,7 +112,7 @@ func (t tracing) inject(ctx context.Context, md Metadata) Metadata {
 
 // startServer starts the SERVER span of a request, as a child of the
 // caller's span found in its metadata (attributes: see methodSpans).
-func (t tracing) startServer(ctx context.Context, env *requestEnvelope, worker string, queueWait time.Duration) (context.Context, trace.Span) {
+func (t tracing) startServer(ctx context.Context, env *wire.Request, worker string, queueWait time.Duration) (context.Context, trace.Span) {
 	if env.Header != nil {
 		ctx = t.propagator.Extract(ctx, metadataCarrier(env.Header))
 	}

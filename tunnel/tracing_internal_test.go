@@ -9,6 +9,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // BenchmarkTracingNoop measures what one unary call costs in spans and
@@ -38,7 +40,7 @@ func benchmarkTelemetry(b *testing.B, tp trace.TracerProvider, mp metric.MeterPr
 		b.Fatal(err)
 	}
 	const full = "echo.v1.Echo/Echo"
-	env := &requestEnvelope{ID: "20261129-GRT1-1795995318695-X857YZJDH0", Method: full, Attempt: 1}
+	env := &wire.Request{ID: "20261129-GRT1-1795995318695-X857YZJDH0", Method: full, Attempt: 1}
 	b.ReportAllocs()
 	for b.Loop() {
 		ctx, span := clientTracing.startClient(context.Background(), full, env.ID)

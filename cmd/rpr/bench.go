@@ -305,7 +305,7 @@ func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error 
 
 	switch o.mode {
 	case "unary":
-		r.service, r.method = greeterv1.Greeter_ServiceDesc.ServiceName, greeterv1.Greeter_ServiceDesc.ServiceName+"/SayHello"
+		r.service, r.method = greeterv1.Greeter_ServiceInfo.Name, greeterv1.Greeter_ServiceInfo.Name+"/SayHello"
 		greeterClient := greeterv1.NewGreeterClient(client)
 		name := strings.Repeat("x", o.payload)
 		r.newCall = func() func(context.Context) error {
@@ -319,7 +319,7 @@ func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error 
 			greeterv1.RegisterGreeterServer(srv, greeter.Server{})
 		}
 	case "async":
-		r.service, r.method = ordersv1.Orders_ServiceDesc.ServiceName, ordersv1.Orders_ServiceDesc.ServiceName+"/ShipOrder"
+		r.service, r.method = ordersv1.Orders_ServiceInfo.Name, ordersv1.Orders_ServiceInfo.Name+"/ShipOrder"
 		ordersClient := ordersv1.NewOrdersClient(client)
 		address := strings.Repeat("x", o.payload)
 		r.newCall = func() func(context.Context) error {

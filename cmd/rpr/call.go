@@ -314,7 +314,7 @@ func printCallError(out io.Writer, fullMethod, rid string, err error, types *dyn
 	code := tunnel.CodeOf(err)
 	message := err.Error()
 	var details []*anypb.Any
-	if e := tunnel.AsError(err); e != nil {
+	if e, _ := tunnel.AsError(err); e != nil {
 		message = e.Message()
 		details = e.Details()
 	}

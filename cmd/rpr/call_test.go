@@ -248,8 +248,9 @@ func TestCallServiceNotLinkedIntoRPR(t *testing.T) {
 	_, other := shoutFileWithPackage(t, "rprtest.secret.v1")
 	unknown := dynamicpb.NewMessage(other.Messages().ByName("ShoutRequest"))
 
-	desc := &tunnel.ServiceDesc{ServiceName: service, Methods: []tunnel.MethodDesc{{
-		Service: service,
+	info := &tunnel.ServiceInfo{Name: service}
+	desc := &tunnel.ServiceDesc{Service: info, Methods: []tunnel.MethodDesc{{
+		Service: info,
 		Name:    "Shout",
 		Handler: func(_ any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			in := new(wrapperspb.StringValue)

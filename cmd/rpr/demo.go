@@ -90,13 +90,13 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 		return err
 	}
 	defer clientRedis.Close()
-	client, err := tunnel.NewClient(clientRedis, tunnel.ClientOptions{App: "DEMO", Logger: logger})
+	client, err := tunnel.NewClient(clientRedis, tunnel.ClientOptions{BizCode: "DEMO", Logger: logger})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	greeterClient := greeterv1.NewGreeterClient(client)
-	fmt.Fprintf(out, "server  worker %s serves %s and %s\n", srv.WorkerID(), greeterv1.Greeter_ServiceDesc.ServiceName, ordersv1.Orders_ServiceDesc.ServiceName)
+	fmt.Fprintf(out, "server  worker %s serves %s and %s\n", srv.WorkerID(), greeterv1.Greeter_ServiceInfo.Name, ordersv1.Orders_ServiceInfo.Name)
 	fmt.Fprintf(out, "client  %s\n\n", client.ID())
 
 	if err := waitForServer(ctx, greeterClient); err != nil {
@@ -156,7 +156,7 @@ func demoAsync(ctx context.Context, out io.Writer, rdb redis.UniversalClient, cl
 	if err != nil {
 		return err
 	}
-	dlq := tunnel.NewDeadLetterQueue(rdb, "", ordersv1.Orders_ServiceDesc.ServiceName)
+	dlq := tunnel.NewDeadLetterQueue(rdb, "", ordersv1.Orders_ServiceInfo.Name)
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		letters, err := dlq.List(ctx, tunnel.DeadLetterFilter{NewerThan: time.Minute}, 0)
 		if err != nil {
@@ -167,7 +167,7 @@ func demoAsync(ctx context.Context, out io.Writer, rdb redis.UniversalClient, cl
 		}
 		if len(letters) > 0 {
 			fmt.Fprintf(out, "        the server refused it for good; it waits in the dead-letter queue: %s: %s\n", letters[0].Code, letters[0].Reason)
-			fmt.Fprintf(out, "        (rpr dlq ls|show|replay|drop %s)\n", ordersv1.Orders_ServiceDesc.ServiceName)
+			fmt.Fprintf(out, "        (rpr dlq ls|show|replay|drop %s)\n", ordersv1.Orders_ServiceInfo.Name)
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -46,9 +46,12 @@ type jobsWorld struct {
 // jobsMethods: Charge fails with UNAVAILABLE (retried, then dead-lettered
 // after its 2 attempts), Notify with INVALID_ARGUMENT (dead-lettered at
 // once: not retryable).
+// jobsInfo is the Jobs service of jobsWorld.
+var jobsInfo = tunnel.ServiceInfo{Name: jobsSvc}
+
 func (w *jobsWorld) method(name string) *tunnel.MethodDesc {
 	return &tunnel.MethodDesc{
-		Service: jobsSvc,
+		Service: &jobsInfo,
 		Name:    name,
 		Async:   true,
 		Retry:   &tunnel.RetryPolicy{MaxAttempts: 2, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
@@ -82,7 +85,7 @@ func newJobsWorld(t *testing.T) *jobsWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.RegisterService(&tunnel.ServiceDesc{ServiceName: jobsSvc, Methods: []tunnel.MethodDesc{*w.method("Charge"), *w.method("Notify")}}, struct{}{})
+	srv.RegisterService(&tunnel.ServiceDesc{Service: &jobsInfo, Methods: []tunnel.MethodDesc{*w.method("Charge"), *w.method("Notify")}}, struct{}{})
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx) }()
@@ -97,7 +100,7 @@ func newJobsWorld(t *testing.T) *jobsWorld {
 		return err == nil && h.Serving()
 	})
 
-	w.client, err = tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{App: "JOBS", Logger: quiet})
+	w.client, err = tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{BizCode: "JOBS", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,7 +160,7 @@ func newMailWorldOn(t *testing.T, rs *redistest.Server) *mailWorld {
 	t.Helper()
 	w := &mailWorld{t: t, rs: rs, rdb: rs.Client(t), sent: map[string]string{}}
 	var err error
-	w.client, err = tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{App: "MAIL", Logger: slog.New(slog.DiscardHandler)})
+	w.client, err = tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{BizCode: "MAIL", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +168,12 @@ func newMailWorldOn(t *testing.T, rs *redistest.Server) *mailWorld {
 	return w
 }
 
+// mailInfo is the Mail service of mailWorld, with 3 shards.
+var mailInfo = tunnel.ServiceInfo{Name: mailSvc, Shards: 3}
+
 func (w *mailWorld) method(name string) *tunnel.MethodDesc {
 	return &tunnel.MethodDesc{
-		Service: mailSvc, Name: name, Async: name == "Send", Shards: 3,
+		Service: &mailInfo, Name: name, Async: name == "Send",
 		Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			lane := impl.(string)
 			if name == "Ping" {
@@ -204,7 +207,7 @@ func (w *mailWorld) serve(lane string) (stop func()) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	srv.RegisterService(&tunnel.ServiceDesc{ServiceName: mailSvc, Methods: []tunnel.MethodDesc{*w.method("Send"), *w.method("Ping")}}, name)
+	srv.RegisterService(&tunnel.ServiceDesc{Service: &mailInfo, Methods: []tunnel.MethodDesc{*w.method("Send"), *w.method("Ping")}}, name)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()

@@ -200,7 +200,7 @@ func run(ctx context.Context, out io.Writer, cfg config) ([]stepResult, error) {
 		return nil, err
 	}
 	defer clientRedis.Close()
-	client, err := tunnel.NewClient(clientRedis, tunnel.ClientOptions{App: "GRAY", Logger: slog.New(slog.DiscardHandler)})
+	client, err := tunnel.NewClient(clientRedis, tunnel.ClientOptions{BizCode: "GRAY", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}

@@ -87,16 +87,18 @@ func jobsHandler(name string, call func(jobsServer, context.Context, *wrapperspb
 	}
 }
 
+var jobsInfo = tunnel.ServiceInfo{Name: jobsService}
+
 var jobsDesc = tunnel.ServiceDesc{
-	ServiceName: jobsService,
+	Service:     &jobsInfo,
 	HandlerType: (*jobsServer)(nil),
 	Methods: []tunnel.MethodDesc{
-		{Service: jobsService, Name: "Apply", Async: true, Idempotent: true, Retry: jobsRetryPolicy,
+		{Service: &jobsInfo, Name: "Apply", Async: true, Idempotent: true, Retry: jobsRetryPolicy,
 			Handler: jobsHandler("Apply", jobsServer.Apply)},
-		{Service: jobsService, Name: "Charge", Async: true, Idempotent: false, Retry: jobsRetryPolicy,
+		{Service: &jobsInfo, Name: "Charge", Async: true, Idempotent: false, Retry: jobsRetryPolicy,
 			Handler: jobsHandler("Charge", jobsServer.Charge)},
 	},
-	Metadata: "fault/v1/jobs.proto",
+	File: "fault/v1/jobs.proto",
 }
 
 var (

@@ -278,8 +278,8 @@ func (w *world) newClient(opts tunnel.ClientOptions) *localClient {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	if opts.App == "" {
-		opts.App = bizCode
+	if opts.BizCode == "" {
+		opts.BizCode = bizCode
 	}
 	ctx, cancel := shortCtx()
 	defer cancel()

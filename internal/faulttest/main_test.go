@@ -179,7 +179,7 @@ func clientRole() int {
 		return fail("%v", err)
 	}
 	defer rdb.Close()
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{ID: id, App: bizCode, Logger: log})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{ID: id, BizCode: bizCode, Logger: log})
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -36,14 +36,16 @@ type workServer interface {
 	Read(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)
 }
 
+var workInfo = tunnel.ServiceInfo{Name: workService}
+
 var workDesc = tunnel.ServiceDesc{
-	ServiceName: workService,
+	Service:     &workInfo,
 	HandlerType: (*workServer)(nil),
 	Methods: []tunnel.MethodDesc{
-		{Service: workService, Name: "Write", Idempotent: false, Handler: _Work_Write_Handler},
-		{Service: workService, Name: "Read", Idempotent: true, Handler: _Work_Read_Handler},
+		{Service: &workInfo, Name: "Write", Idempotent: false, Handler: _Work_Write_Handler},
+		{Service: &workInfo, Name: "Read", Idempotent: true, Handler: _Work_Read_Handler},
 	},
-	Metadata: "fault/v1/work.proto",
+	File: "fault/v1/work.proto",
 }
 
 var (

@@ -46,10 +46,12 @@ type Echoer interface {
 
 // rprEchoDesc describes the echo service to rpr by hand (what generated
 // code would), so no code generation is needed.
+var rprEchoInfo = tunnel.ServiceInfo{Name: echoService}
+
 var rprEchoDesc = tunnel.ServiceDesc{
-	ServiceName: echoService,
+	Service: &rprEchoInfo,
 	Methods: []tunnel.MethodDesc{{
-		Service: echoService,
+		Service: &rprEchoInfo,
 		Name:    echoMethod,
 		Handler: func(_ any, ctx context.Context, decode func(proto.Message) error, interceptor tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			in := new(wrapperspb.BytesValue)

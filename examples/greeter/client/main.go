@@ -47,7 +47,7 @@ func run(redisURL, name string, count, concurrency int, timeout time.Duration) (
 		return 0, err
 	}
 	defer rdb.Close()
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{App: "GRTC"})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{BizCode: "GRTC"})
 	if err != nil {
 		return 0, err
 	}

@@ -85,8 +85,11 @@ func TestRegister(t *testing.T) {
 
 func TestServiceDesc(t *testing.T) {
 	desc := basicv1.Orders_ServiceDesc
-	if desc.ServiceName != "rprtest.basic.v1.Orders" || desc.Metadata != "rprtest/basic/v1/basic.proto" {
-		t.Errorf("ServiceName, Metadata = %q, %q", desc.ServiceName, desc.Metadata)
+	if desc.Service != &basicv1.Orders_ServiceInfo || desc.File != "rprtest/basic/v1/basic.proto" {
+		t.Errorf("Service, File = %p, %q; want &Orders_ServiceInfo, rprtest/basic/v1/basic.proto", desc.Service, desc.File)
+	}
+	if info := basicv1.Orders_ServiceInfo; info.Name != "rprtest.basic.v1.Orders" || info.BizCode != "ORD1" || info.MaxBacklog != 5000 || info.Shards != 3 {
+		t.Errorf("Orders_ServiceInfo = %+v, want rprtest.basic.v1.Orders with BizCode ORD1, MaxBacklog 5000 and Shards 3", info)
 	}
 	if _, ok := desc.HandlerType.(*basicv1.OrdersServer); !ok {
 		t.Errorf("HandlerType is %T", desc.HandlerType)
@@ -114,8 +117,8 @@ func TestServiceDesc(t *testing.T) {
 	for i, w := range want {
 		m := desc.Methods[i]
 		if m.Name != w.name || m.FullMethod() != w.fullMethod || m.Timeout != w.timeout ||
-			m.Idempotent != w.idempotent || m.Async != w.async || m.BizCode != "ORD1" || m.MaxBacklog != 5000 || m.Shards != 3 || m.Handler == nil {
-			t.Errorf("method %d = %+v, want %+v with BizCode ORD1, MaxBacklog 5000 and Shards 3", i, m, w)
+			m.Idempotent != w.idempotent || m.Async != w.async || m.Service != &basicv1.Orders_ServiceInfo || m.Handler == nil {
+			t.Errorf("method %d = %+v, want %+v pointing to Orders_ServiceInfo", i, m, w)
 		}
 	}
 	if r := desc.Methods[7].Retry; r == nil || r.MaxAttempts != 10 || r.InitialBackoff != 2*time.Second {
@@ -123,7 +126,7 @@ func TestServiceDesc(t *testing.T) {
 	}
 
 	legacy := basicv1.LegacyOrders_ServiceDesc.Methods[0]
-	if legacy.Timeout != 0 || legacy.BizCode != "" || legacy.Idempotent || legacy.Async || legacy.MaxBacklog != 0 || legacy.Shards != 0 {
+	if info := legacy.Service; legacy.Timeout != 0 || info.BizCode != "" || legacy.Idempotent || legacy.Async || info.MaxBacklog != 0 || info.Shards != 0 {
 		t.Errorf("LegacyOrders.GetOrder = %+v, want no defaults", legacy)
 	}
 
@@ -234,5 +237,42 @@ func TestAsyncHandlers(t *testing.T) {
 	reply, err = oldNotify.Handler(ordersByValue{}, ctx, func(proto.Message) error { return nil }, nil)
 	if reply != nil || tunnel.CodeOf(err) != tunnel.Unimplemented {
 		t.Errorf("unimplemented OldNotify = %v, %v; want nil, UNIMPLEMENTED", reply, err)
+	}
+}
+
+// fakeConn is a tunnel.ClientConn that answers in process, as a test of
+// code that uses a generated client would: it records each call and
+// fills unary replies itself.
+type fakeConn struct {
+	calls []string
+}
+
+func (f *fakeConn) Invoke(_ context.Context, method *tunnel.MethodDesc, req, reply proto.Message, _ ...tunnel.CallOption) error {
+	f.calls = append(f.calls, method.FullMethod())
+	if order, ok := reply.(*basicv1.Order); ok {
+		order.Id = req.(*basicv1.GetOrderRequest).GetId()
+	}
+	return nil
+}
+
+func (f *fakeConn) Enqueue(_ context.Context, method *tunnel.MethodDesc, _ proto.Message, _ ...tunnel.CallOption) (tunnel.Receipt, error) {
+	f.calls = append(f.calls, method.FullMethod())
+	return tunnel.Receipt{RequestID: "fake"}, nil
+}
+
+func TestClientOverFakeConn(t *testing.T) {
+	conn := &fakeConn{}
+	orders := basicv1.NewOrdersClient(conn)
+	order, err := orders.GetOrder(context.Background(), &basicv1.GetOrderRequest{Id: "o-1"})
+	if err != nil || order.GetId() != "o-1" {
+		t.Fatalf("GetOrder = %v, %v; want order o-1", order, err)
+	}
+	receipt, err := orders.ShipOrder(context.Background(), &basicv1.ShipOrderRequest{Id: "o-1"})
+	if err != nil || receipt.RequestID != "fake" {
+		t.Fatalf("ShipOrder = %+v, %v; want the fake receipt", receipt, err)
+	}
+	want := []string{basicv1.Orders_GetOrder_FullMethodName, basicv1.Orders_ShipOrder_FullMethodName}
+	if fmt.Sprint(conn.calls) != fmt.Sprint(want) {
+		t.Errorf("calls = %v, want %v", conn.calls, want)
 	}
 }

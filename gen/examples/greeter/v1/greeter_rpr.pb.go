@@ -14,12 +14,13 @@ import (
 	time "time"
 )
 
-// This file needs a tunnel package that supports version 1 of the
-// generated code. If the line below fails to compile, the generated code
-// needs a newer github.com/rprtunnel/rpr/tunnel: upgrade with
-// `go get github.com/rprtunnel/rpr@latest`, or regenerate with the
-// protoc-gen-rpr that matches your runtime.
-const _ = tunnel.SupportPackageIsVersion1
+// This file is written for version 2 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to
+// compile, this file and your tunnel package disagree: regenerate it with
+// the protoc-gen-rpr of the rpr release you depend on (`go tool
+// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with
+// `go get github.com/rprtunnel/rpr@latest`.
+const _ = tunnel.SupportPackageIsVersion2
 
 // Full names of the examples.greeter.v1.Greeter methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -49,12 +50,13 @@ type GreeterClient interface {
 }
 
 type greeterClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewGreeterClient returns a client of the examples.greeter.v1.Greeter service
-// that sends its calls through cc.
-func NewGreeterClient(cc *tunnel.Client) GreeterClient {
+// that sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn
+// that wraps or fakes one.
+func NewGreeterClient(cc tunnel.ClientConn) GreeterClient {
 	return greeterClient{cc}
 }
 
@@ -167,28 +169,34 @@ func _Greeter_SlowHello_Handler(srv any, ctx context.Context, decode func(proto.
 	return interceptor(ctx, in, info, handler)
 }
 
+// Greeter_ServiceInfo is the tunnel.ServiceInfo of the
+// examples.greeter.v1.Greeter service: its name and what its (rpr.v1.service)
+// options say. Every method of Greeter_ServiceDesc points to it.
+var Greeter_ServiceInfo = tunnel.ServiceInfo{
+	Name:    "examples.greeter.v1.Greeter",
+	BizCode: "GRT1",
+}
+
 // Greeter_ServiceDesc is the tunnel.ServiceDesc of the
 // examples.greeter.v1.Greeter service, with each method's defaults from the
 // .proto options. It is meant to be passed around (as RegisterGreeterServer and
 // the client do), not changed.
 var Greeter_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "examples.greeter.v1.Greeter",
+	Service:     &Greeter_ServiceInfo,
 	HandlerType: (*GreeterServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service: "examples.greeter.v1.Greeter",
+			Service: &Greeter_ServiceInfo,
 			Name:    "SayHello",
 			Timeout: 5 * time.Second,
-			BizCode: "GRT1",
 			Handler: _Greeter_SayHello_Handler,
 		},
 		{
-			Service: "examples.greeter.v1.Greeter",
+			Service: &Greeter_ServiceInfo,
 			Name:    "SlowHello",
 			Timeout: 10 * time.Second,
-			BizCode: "GRT1",
 			Handler: _Greeter_SlowHello_Handler,
 		},
 	},
-	Metadata: "examples/greeter/v1/greeter.proto",
+	File: "examples/greeter/v1/greeter.proto",
 }

@@ -14,12 +14,13 @@ import (
 	time "time"
 )
 
-// This file needs a tunnel package that supports version 1 of the
-// generated code. If the line below fails to compile, the generated code
-// needs a newer github.com/rprtunnel/rpr/tunnel: upgrade with
-// `go get github.com/rprtunnel/rpr@latest`, or regenerate with the
-// protoc-gen-rpr that matches your runtime.
-const _ = tunnel.SupportPackageIsVersion1
+// This file is written for version 2 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to
+// compile, this file and your tunnel package disagree: regenerate it with
+// the protoc-gen-rpr of the rpr release you depend on (`go tool
+// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with
+// `go get github.com/rprtunnel/rpr@latest`.
+const _ = tunnel.SupportPackageIsVersion2
 
 // Full names of the examples.orders.v1.Orders methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -54,12 +55,13 @@ type OrdersClient interface {
 }
 
 type ordersClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewOrdersClient returns a client of the examples.orders.v1.Orders service
-// that sends its calls through cc.
-func NewOrdersClient(cc *tunnel.Client) OrdersClient {
+// that sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn
+// that wraps or fakes one.
+func NewOrdersClient(cc tunnel.ClientConn) OrdersClient {
 	return ordersClient{cc}
 }
 
@@ -146,15 +148,24 @@ func _Orders_ShipOrder_Handler(srv any, ctx context.Context, decode func(proto.M
 	return interceptor(ctx, in, info, handler)
 }
 
+// Orders_ServiceInfo is the tunnel.ServiceInfo of the examples.orders.v1.Orders
+// service: its name and what its (rpr.v1.service) options say. Every method of
+// Orders_ServiceDesc points to it.
+var Orders_ServiceInfo = tunnel.ServiceInfo{
+	Name:       "examples.orders.v1.Orders",
+	BizCode:    "ORD1",
+	MaxBacklog: 200000,
+}
+
 // Orders_ServiceDesc is the tunnel.ServiceDesc of the examples.orders.v1.Orders
 // service, with each method's defaults from the .proto options. It is meant to
 // be passed around (as RegisterOrdersServer and the client do), not changed.
 var Orders_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "examples.orders.v1.Orders",
+	Service:     &Orders_ServiceInfo,
 	HandlerType: (*OrdersServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service:    "examples.orders.v1.Orders",
+			Service:    &Orders_ServiceInfo,
 			Name:       "ShipOrder",
 			Timeout:    10 * time.Second,
 			Idempotent: true,
@@ -163,11 +174,9 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 				InitialBackoff: time.Second,
 				MaxBackoff:     30 * time.Second,
 			},
-			BizCode:    "ORD1",
-			Async:      true,
-			MaxBacklog: 200000,
-			Handler:    _Orders_ShipOrder_Handler,
+			Async:   true,
+			Handler: _Orders_ShipOrder_Handler,
 		},
 	},
-	Metadata: "examples/orders/v1/orders.proto",
+	File: "examples/orders/v1/orders.proto",
 }

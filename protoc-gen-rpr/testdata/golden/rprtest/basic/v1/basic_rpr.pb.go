@@ -16,12 +16,13 @@ import (
 	time "time"
 )
 
-// This file needs a tunnel package that supports version 1 of the
-// generated code. If the line below fails to compile, the generated code
-// needs a newer github.com/rprtunnel/rpr/tunnel: upgrade with
-// `go get github.com/rprtunnel/rpr@latest`, or regenerate with the
-// protoc-gen-rpr that matches your runtime.
-const _ = tunnel.SupportPackageIsVersion1
+// This file is written for version 2 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to
+// compile, this file and your tunnel package disagree: regenerate it with
+// the protoc-gen-rpr of the rpr release you depend on (`go tool
+// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with
+// `go get github.com/rprtunnel/rpr@latest`.
+const _ = tunnel.SupportPackageIsVersion2
 
 // Full names of the rprtest.basic.v1.Orders methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -110,12 +111,13 @@ type OrdersClient interface {
 }
 
 type ordersClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewOrdersClient returns a client of the rprtest.basic.v1.Orders service that
-// sends its calls through cc.
-func NewOrdersClient(cc *tunnel.Client) OrdersClient {
+// sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn that
+// wraps or fakes one.
+func NewOrdersClient(cc tunnel.ClientConn) OrdersClient {
 	return ordersClient{cc}
 }
 
@@ -453,25 +455,32 @@ func _Orders_OldNotify_Handler(srv any, ctx context.Context, decode func(proto.M
 	return interceptor(ctx, in, info, handler)
 }
 
+// Orders_ServiceInfo is the tunnel.ServiceInfo of the rprtest.basic.v1.Orders
+// service: its name and what its (rpr.v1.service) options say. Every method of
+// Orders_ServiceDesc points to it.
+var Orders_ServiceInfo = tunnel.ServiceInfo{
+	Name:       "rprtest.basic.v1.Orders",
+	BizCode:    "ORD1",
+	MaxBacklog: 5000,
+	Shards:     3,
+}
+
 // Orders_ServiceDesc is the tunnel.ServiceDesc of the rprtest.basic.v1.Orders
 // service, with each method's defaults from the .proto options. It is meant to
 // be passed around (as RegisterOrdersServer and the client do), not changed.
 var Orders_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "rprtest.basic.v1.Orders",
+	Service:     &Orders_ServiceInfo,
 	HandlerType: (*OrdersServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service:    "rprtest.basic.v1.Orders",
+			Service:    &Orders_ServiceInfo,
 			Name:       "GetOrder",
 			Timeout:    1500 * time.Millisecond,
 			Idempotent: true,
-			BizCode:    "ORD1",
-			MaxBacklog: 5000,
-			Shards:     3,
 			Handler:    _Orders_GetOrder_Handler,
 		},
 		{
-			Service:    "rprtest.basic.v1.Orders",
+			Service:    &Orders_ServiceInfo,
 			Name:       "CancelOrder",
 			Timeout:    30 * time.Second,
 			Idempotent: true,
@@ -482,59 +491,41 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 				Multiplier:     1.5,
 				RetryableCodes: []tunnel.Code{tunnel.Unavailable, tunnel.DeadlineExceeded, tunnel.ResourceExhausted},
 			},
-			BizCode:    "ORD1",
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_CancelOrder_Handler,
+			Handler: _Orders_CancelOrder_Handler,
 		},
 		{
-			Service:    "rprtest.basic.v1.Orders",
-			Name:       "Ping",
-			Timeout:    30 * time.Second,
-			Retry:      &tunnel.RetryPolicy{},
-			BizCode:    "ORD1",
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_Ping_Handler,
+			Service: &Orders_ServiceInfo,
+			Name:    "Ping",
+			Timeout: 30 * time.Second,
+			Retry:   &tunnel.RetryPolicy{},
+			Handler: _Orders_Ping_Handler,
 		},
 		{
-			Service:    "rprtest.basic.v1.Orders",
-			Name:       "Charge",
-			Timeout:    2 * time.Minute,
-			BizCode:    "ORD1",
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_Charge_Handler,
+			Service: &Orders_ServiceInfo,
+			Name:    "Charge",
+			Timeout: 2 * time.Minute,
+			Handler: _Orders_Charge_Handler,
 		},
 		{
-			Service:    "rprtest.basic.v1.Orders",
-			Name:       "OldLookup",
-			Timeout:    time.Hour,
-			BizCode:    "ORD1",
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_OldLookup_Handler,
+			Service: &Orders_ServiceInfo,
+			Name:    "OldLookup",
+			Timeout: time.Hour,
+			Handler: _Orders_OldLookup_Handler,
 		},
 		{
-			Service:    "rprtest.basic.v1.Orders",
-			Name:       "Quick",
-			Timeout:    250 * time.Microsecond,
-			BizCode:    "ORD1",
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_Quick_Handler,
+			Service: &Orders_ServiceInfo,
+			Name:    "Quick",
+			Timeout: 250 * time.Microsecond,
+			Handler: _Orders_Quick_Handler,
 		},
 		{
-			Service:    "rprtest.basic.v1.Orders",
-			Name:       "ZeroTimeout",
-			Timeout:    30 * time.Second,
-			BizCode:    "ORD1",
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_ZeroTimeout_Handler,
+			Service: &Orders_ServiceInfo,
+			Name:    "ZeroTimeout",
+			Timeout: 30 * time.Second,
+			Handler: _Orders_ZeroTimeout_Handler,
 		},
 		{
-			Service: "rprtest.basic.v1.Orders",
+			Service: &Orders_ServiceInfo,
 			Name:    "ShipOrder",
 			Timeout: 30 * time.Second,
 			Retry: &tunnel.RetryPolicy{
@@ -542,24 +533,18 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 				InitialBackoff: 2 * time.Second,
 				RetryableCodes: []tunnel.Code{tunnel.Unavailable, tunnel.Aborted},
 			},
-			BizCode:    "ORD1",
-			Async:      true,
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_ShipOrder_Handler,
+			Async:   true,
+			Handler: _Orders_ShipOrder_Handler,
 		},
 		{
-			Service:    "rprtest.basic.v1.Orders",
-			Name:       "OldNotify",
-			Timeout:    30 * time.Second,
-			BizCode:    "ORD1",
-			Async:      true,
-			MaxBacklog: 5000,
-			Shards:     3,
-			Handler:    _Orders_OldNotify_Handler,
+			Service: &Orders_ServiceInfo,
+			Name:    "OldNotify",
+			Timeout: 30 * time.Second,
+			Async:   true,
+			Handler: _Orders_OldNotify_Handler,
 		},
 	},
-	Metadata: "rprtest/basic/v1/basic.proto",
+	File: "rprtest/basic/v1/basic.proto",
 }
 
 // Full names of the rprtest.basic.v1.LegacyOrders methods, as they appear on
@@ -581,14 +566,15 @@ type LegacyOrdersClient interface {
 }
 
 type legacyOrdersClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewLegacyOrdersClient returns a client of the rprtest.basic.v1.LegacyOrders
-// service that sends its calls through cc.
+// service that sends its calls through cc: a *tunnel.Client, or any
+// tunnel.ClientConn that wraps or fakes one.
 //
 // Deprecated: Do not use.
-func NewLegacyOrdersClient(cc *tunnel.Client) LegacyOrdersClient {
+func NewLegacyOrdersClient(cc tunnel.ClientConn) LegacyOrdersClient {
 	return legacyOrdersClient{cc}
 }
 
@@ -674,6 +660,15 @@ func _LegacyOrders_GetOrder_Handler(srv any, ctx context.Context, decode func(pr
 	return interceptor(ctx, in, info, handler)
 }
 
+// LegacyOrders_ServiceInfo is the tunnel.ServiceInfo of the
+// rprtest.basic.v1.LegacyOrders service: its name and what its (rpr.v1.service)
+// options say. Every method of LegacyOrders_ServiceDesc points to it.
+//
+// Deprecated: Do not use.
+var LegacyOrders_ServiceInfo = tunnel.ServiceInfo{
+	Name: "rprtest.basic.v1.LegacyOrders",
+}
+
 // LegacyOrders_ServiceDesc is the tunnel.ServiceDesc of the
 // rprtest.basic.v1.LegacyOrders service, with each method's defaults from the
 // .proto options. It is meant to be passed around (as
@@ -681,14 +676,14 @@ func _LegacyOrders_GetOrder_Handler(srv any, ctx context.Context, decode func(pr
 //
 // Deprecated: Do not use.
 var LegacyOrders_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "rprtest.basic.v1.LegacyOrders",
+	Service:     &LegacyOrders_ServiceInfo,
 	HandlerType: (*LegacyOrdersServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service: "rprtest.basic.v1.LegacyOrders",
+			Service: &LegacyOrders_ServiceInfo,
 			Name:    "GetOrder",
 			Handler: _LegacyOrders_GetOrder_Handler,
 		},
 	},
-	Metadata: "rprtest/basic/v1/basic.proto",
+	File: "rprtest/basic/v1/basic.proto",
 }

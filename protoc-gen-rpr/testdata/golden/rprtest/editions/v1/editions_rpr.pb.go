@@ -14,12 +14,13 @@ import (
 	time "time"
 )
 
-// This file needs a tunnel package that supports version 1 of the
-// generated code. If the line below fails to compile, the generated code
-// needs a newer github.com/rprtunnel/rpr/tunnel: upgrade with
-// `go get github.com/rprtunnel/rpr@latest`, or regenerate with the
-// protoc-gen-rpr that matches your runtime.
-const _ = tunnel.SupportPackageIsVersion1
+// This file is written for version 2 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to
+// compile, this file and your tunnel package disagree: regenerate it with
+// the protoc-gen-rpr of the rpr release you depend on (`go tool
+// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with
+// `go get github.com/rprtunnel/rpr@latest`.
+const _ = tunnel.SupportPackageIsVersion2
 
 // Full names of the rprtest.editions.v1.Counter methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -39,12 +40,13 @@ type CounterClient interface {
 }
 
 type counterClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewCounterClient returns a client of the rprtest.editions.v1.Counter service
-// that sends its calls through cc.
-func NewCounterClient(cc *tunnel.Client) CounterClient {
+// that sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn
+// that wraps or fakes one.
+func NewCounterClient(cc tunnel.ClientConn) CounterClient {
 	return counterClient{cc}
 }
 
@@ -124,21 +126,28 @@ func _Counter_Add_Handler(srv any, ctx context.Context, decode func(proto.Messag
 	return interceptor(ctx, in, info, handler)
 }
 
+// Counter_ServiceInfo is the tunnel.ServiceInfo of the
+// rprtest.editions.v1.Counter service: its name and what its (rpr.v1.service)
+// options say. Every method of Counter_ServiceDesc points to it.
+var Counter_ServiceInfo = tunnel.ServiceInfo{
+	Name:    "rprtest.editions.v1.Counter",
+	BizCode: "CNT0",
+}
+
 // Counter_ServiceDesc is the tunnel.ServiceDesc of the
 // rprtest.editions.v1.Counter service, with each method's defaults from the
 // .proto options. It is meant to be passed around (as RegisterCounterServer and
 // the client do), not changed.
 var Counter_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "rprtest.editions.v1.Counter",
+	Service:     &Counter_ServiceInfo,
 	HandlerType: (*CounterServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service: "rprtest.editions.v1.Counter",
+			Service: &Counter_ServiceInfo,
 			Name:    "Add",
 			Timeout: 2 * time.Second,
-			BizCode: "CNT0",
 			Handler: _Counter_Add_Handler,
 		},
 	},
-	Metadata: "rprtest/editions/v1/editions.proto",
+	File: "rprtest/editions/v1/editions.proto",
 }

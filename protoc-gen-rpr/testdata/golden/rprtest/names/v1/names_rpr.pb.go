@@ -16,12 +16,13 @@ import (
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
 )
 
-// This file needs a tunnel package that supports version 1 of the
-// generated code. If the line below fails to compile, the generated code
-// needs a newer github.com/rprtunnel/rpr/tunnel: upgrade with
-// `go get github.com/rprtunnel/rpr@latest`, or regenerate with the
-// protoc-gen-rpr that matches your runtime.
-const _ = tunnel.SupportPackageIsVersion1
+// This file is written for version 2 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to
+// compile, this file and your tunnel package disagree: regenerate it with
+// the protoc-gen-rpr of the rpr release you depend on (`go tool
+// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with
+// `go get github.com/rprtunnel/rpr@latest`.
+const _ = tunnel.SupportPackageIsVersion2
 
 // Full names of the rprtest.names.v1.Echo methods, as they appear on the wire,
 // in logs, in errors and in the rpr CLI.
@@ -41,12 +42,13 @@ type EchoClient interface {
 }
 
 type echoClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewEchoClient returns a client of the rprtest.names.v1.Echo service that
-// sends its calls through cc.
-func NewEchoClient(cc *tunnel.Client) EchoClient {
+// sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn that
+// wraps or fakes one.
+func NewEchoClient(cc tunnel.ClientConn) EchoClient {
 	return echoClient{cc}
 }
 
@@ -126,20 +128,27 @@ func _Echo_Echo_Handler(srv any, ctx context.Context, decode func(proto.Message)
 	return interceptor(ctx, in, info, handler)
 }
 
+// Echo_ServiceInfo is the tunnel.ServiceInfo of the rprtest.names.v1.Echo
+// service: its name and what its (rpr.v1.service) options say. Every method of
+// Echo_ServiceDesc points to it.
+var Echo_ServiceInfo = tunnel.ServiceInfo{
+	Name: "rprtest.names.v1.Echo",
+}
+
 // Echo_ServiceDesc is the tunnel.ServiceDesc of the rprtest.names.v1.Echo
 // service, with each method's defaults from the .proto options. It is meant to
 // be passed around (as RegisterEchoServer and the client do), not changed.
 var Echo_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "rprtest.names.v1.Echo",
+	Service:     &Echo_ServiceInfo,
 	HandlerType: (*EchoServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service: "rprtest.names.v1.Echo",
+			Service: &Echo_ServiceInfo,
 			Name:    "Echo",
 			Handler: _Echo_Echo_Handler,
 		},
 	},
-	Metadata: "rprtest/names/v1/names.proto",
+	File: "rprtest/names/v1/names.proto",
 }
 
 // Full names of the rprtest.names.v1.Interface methods, as they appear on the
@@ -197,12 +206,13 @@ type InterfaceClient interface {
 }
 
 type interfaceClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewInterfaceClient returns a client of the rprtest.names.v1.Interface service
-// that sends its calls through cc.
-func NewInterfaceClient(cc *tunnel.Client) InterfaceClient {
+// that sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn
+// that wraps or fakes one.
+func NewInterfaceClient(cc tunnel.ClientConn) InterfaceClient {
 	return interfaceClient{cc}
 }
 
@@ -611,76 +621,83 @@ func _Interface_RegisterService_Handler(srv any, ctx context.Context, decode fun
 	return interceptor(ctx, in, info, handler)
 }
 
+// Interface_ServiceInfo is the tunnel.ServiceInfo of the
+// rprtest.names.v1.Interface service: its name and what its (rpr.v1.service)
+// options say. Every method of Interface_ServiceDesc points to it.
+var Interface_ServiceInfo = tunnel.ServiceInfo{
+	Name: "rprtest.names.v1.Interface",
+}
+
 // Interface_ServiceDesc is the tunnel.ServiceDesc of the
 // rprtest.names.v1.Interface service, with each method's defaults from the
 // .proto options. It is meant to be passed around (as RegisterInterfaceServer
 // and the client do), not changed.
 var Interface_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "rprtest.names.v1.Interface",
+	Service:     &Interface_ServiceInfo,
 	HandlerType: (*InterfaceServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "Type",
 			Handler: _Interface_Type_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "Func",
 			Handler: _Interface_Func_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "Map",
 			Handler: _Interface_Map_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "Chan",
 			Handler: _Interface_Chan_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "Select",
 			Handler: _Interface_Select_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "String",
 			Handler: _Interface_String_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "Error",
 			Handler: _Interface_Error_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "Invoke",
 			Handler: _Interface_Invoke_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "ServiceDesc",
 			Handler: _Interface_ServiceDesc_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "mustEmbedUnimplementedInterfaceServer",
 			Handler: _Interface_MustEmbedUnimplementedInterfaceServer_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "testEmbeddedByValue",
 			Handler: _Interface_TestEmbeddedByValue_Handler,
 		},
 		{
-			Service: "rprtest.names.v1.Interface",
+			Service: &Interface_ServiceInfo,
 			Name:    "RegisterService",
 			Handler: _Interface_RegisterService_Handler,
 		},
 	},
-	Metadata: "rprtest/names/v1/names.proto",
+	File: "rprtest/names/v1/names.proto",
 }
 
 // Full names of the rprtest.names.v1.echo_v2 methods, as they appear on the
@@ -696,12 +713,13 @@ type EchoV2Client interface {
 }
 
 type echoV2Client struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewEchoV2Client returns a client of the rprtest.names.v1.echo_v2 service that
-// sends its calls through cc.
-func NewEchoV2Client(cc *tunnel.Client) EchoV2Client {
+// sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn that
+// wraps or fakes one.
+func NewEchoV2Client(cc tunnel.ClientConn) EchoV2Client {
 	return echoV2Client{cc}
 }
 
@@ -778,20 +796,27 @@ func _EchoV2_DoThing_Handler(srv any, ctx context.Context, decode func(proto.Mes
 	return interceptor(ctx, in, info, handler)
 }
 
+// EchoV2_ServiceInfo is the tunnel.ServiceInfo of the rprtest.names.v1.echo_v2
+// service: its name and what its (rpr.v1.service) options say. Every method of
+// EchoV2_ServiceDesc points to it.
+var EchoV2_ServiceInfo = tunnel.ServiceInfo{
+	Name: "rprtest.names.v1.echo_v2",
+}
+
 // EchoV2_ServiceDesc is the tunnel.ServiceDesc of the rprtest.names.v1.echo_v2
 // service, with each method's defaults from the .proto options. It is meant to
 // be passed around (as RegisterEchoV2Server and the client do), not changed.
 var EchoV2_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "rprtest.names.v1.echo_v2",
+	Service:     &EchoV2_ServiceInfo,
 	HandlerType: (*EchoV2Server)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service: "rprtest.names.v1.echo_v2",
+			Service: &EchoV2_ServiceInfo,
 			Name:    "do_thing",
 			Handler: _EchoV2_DoThing_Handler,
 		},
 	},
-	Metadata: "rprtest/names/v1/names.proto",
+	File: "rprtest/names/v1/names.proto",
 }
 
 // Full names of the rprtest.names.v1.Context methods, as they appear on the
@@ -809,12 +834,13 @@ type ContextClient interface {
 }
 
 type contextClient struct {
-	cc *tunnel.Client
+	cc tunnel.ClientConn
 }
 
 // NewContextClient returns a client of the rprtest.names.v1.Context service
-// that sends its calls through cc.
-func NewContextClient(cc *tunnel.Client) ContextClient {
+// that sends its calls through cc: a *tunnel.Client, or any tunnel.ClientConn
+// that wraps or fakes one.
+func NewContextClient(cc tunnel.ClientConn) ContextClient {
 	return contextClient{cc}
 }
 
@@ -893,18 +919,25 @@ func _Context_Context_Handler(srv any, ctx context.Context, decode func(proto.Me
 	return interceptor(ctx, in, info, handler)
 }
 
+// Context_ServiceInfo is the tunnel.ServiceInfo of the rprtest.names.v1.Context
+// service: its name and what its (rpr.v1.service) options say. Every method of
+// Context_ServiceDesc points to it.
+var Context_ServiceInfo = tunnel.ServiceInfo{
+	Name: "rprtest.names.v1.Context",
+}
+
 // Context_ServiceDesc is the tunnel.ServiceDesc of the rprtest.names.v1.Context
 // service, with each method's defaults from the .proto options. It is meant to
 // be passed around (as RegisterContextServer and the client do), not changed.
 var Context_ServiceDesc = tunnel.ServiceDesc{
-	ServiceName: "rprtest.names.v1.Context",
+	Service:     &Context_ServiceInfo,
 	HandlerType: (*ContextServer)(nil),
 	Methods: []tunnel.MethodDesc{
 		{
-			Service: "rprtest.names.v1.Context",
+			Service: &Context_ServiceInfo,
 			Name:    "Context",
 			Handler: _Context_Context_Handler,
 		},
 	},
-	Metadata: "rprtest/names/v1/names.proto",
+	File: "rprtest/names/v1/names.proto",
 }

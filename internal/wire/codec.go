@@ -1,4 +1,4 @@
-package tunnel
+package wire
 
 import (
 	"bytes"
@@ -47,9 +47,9 @@ var errTooDeep = errors.New("values nested too deep")
 // know; fields turns it into a message that names the key.
 var errUnknownField = errors.New("unknown field")
 
-// encodeRequest encodes a request envelope as msgpack.Marshal would,
+// EncodeRequest encodes a request envelope as msgpack.Marshal would,
 // without reflection.
-func encodeRequest(env *requestEnvelope) ([]byte, error) {
+func EncodeRequest(env *Request) ([]byte, error) {
 	w := newEnvelopeWriter()
 	defer w.release()
 	// v, id, m, t, a, k and p are always written; the rest are omitempty.
@@ -86,9 +86,9 @@ func encodeRequest(env *requestEnvelope) ([]byte, error) {
 	return w.result()
 }
 
-// encodeResponse encodes a response envelope as msgpack.Marshal would,
+// EncodeResponse encodes a response envelope as msgpack.Marshal would,
 // without reflection.
-func encodeResponse(env *responseEnvelope) ([]byte, error) {
+func EncodeResponse(env *Response) ([]byte, error) {
 	w := newEnvelopeWriter()
 	defer w.release()
 	// v, id and c are always written; the rest are omitempty.
@@ -116,8 +116,8 @@ func encodeResponse(env *responseEnvelope) ([]byte, error) {
 }
 
 // decodeRequestFields decodes b into env, refusing unknown keys, values of
-// the wrong type and trailing bytes; decodeRequest validates the result.
-func decodeRequestFields(b []byte, frozen bool, env *requestEnvelope) error {
+// the wrong type and trailing bytes; DecodeRequest validates the result.
+func decodeRequestFields(b []byte, frozen bool, env *Request) error {
 	return decodeEnvelope(b, frozen, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) (err error) {
 			switch string(key) {
@@ -138,7 +138,7 @@ func decodeRequestFields(b []byte, frozen bool, env *requestEnvelope) error {
 			case "a":
 				env.Attempt, err = decodeInt[int](r)
 			case "k":
-				env.Kind, err = decodeUint[callKind](r)
+				env.Kind, err = decodeUint[Kind](r)
 			case "p":
 				env.Payload, err = r.bytes()
 			case "ik":
@@ -158,8 +158,8 @@ func decodeRequestFields(b []byte, frozen bool, env *requestEnvelope) error {
 }
 
 // decodeResponseFields decodes b into env, refusing unknown keys, values of
-// the wrong type and trailing bytes; decodeResponse validates the result.
-func decodeResponseFields(b []byte, frozen bool, env *responseEnvelope) error {
+// the wrong type and trailing bytes; DecodeResponse validates the result.
+func decodeResponseFields(b []byte, frozen bool, env *Response) error {
 	return decodeEnvelope(b, frozen, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) (err error) {
 			switch string(key) {
@@ -168,7 +168,7 @@ func decodeResponseFields(b []byte, frozen bool, env *responseEnvelope) error {
 			case "id":
 				env.ID, err = r.string()
 			case "c":
-				env.Code, err = decodeUint[Code](r)
+				env.Code, err = decodeUint[uint32](r)
 			case "msg":
 				env.Message, err = r.string()
 			case "x":
@@ -367,9 +367,9 @@ func (w *envelopeWriter) metadata(k string, md Metadata) {
 	})
 }
 
-// retryPolicy writes a non-nil *wireRetryPolicy field as a map of its
+// retryPolicy writes a non-nil *RetryPolicy field as a map of its
 // non-empty fields (they are all omitempty).
-func (w *envelopeWriter) retryPolicy(k string, p *wireRetryPolicy) {
+func (w *envelopeWriter) retryPolicy(k string, p *RetryPolicy) {
 	w.key(k)
 	w.mapLen(present(p.MaxAttempts != 0, p.InitialBackoff != 0, p.MaxBackoff != 0,
 		p.Multiplier != 0, len(p.RetryableCodes) > 0))
@@ -451,7 +451,7 @@ func decodeEnvelope(b []byte, frozen bool, decode func(r *envelopeReader) error)
 }
 
 // scanEnvelope reads the map at the start of b leniently, for peekVersion
-// and peekReplyAddress: field decodes the values it wants and skips the
+// and PeekReplyAddress: field decodes the values it wants and skips the
 // rest, and bytes after the map are ignored, as msgpack.Unmarshal ignores
 // them. Unlike msgpack.Unmarshal it allocates nothing for a length the
 // input cannot hold (the library's pooled decoders keep such buffers, so
@@ -691,7 +691,7 @@ func (r *envelopeReader) strings() ([]string, error) {
 // retryPolicy reads a retry policy into *p: nil sets it to nil, and a map
 // fills the policy already there or a new one, as the reflection decoder
 // does for a pointer to a struct.
-func (r *envelopeReader) retryPolicy(p **wireRetryPolicy) error {
+func (r *envelopeReader) retryPolicy(p **RetryPolicy) error {
 	c, err := r.dec.PeekCode()
 	if err != nil {
 		return err
@@ -701,7 +701,7 @@ func (r *envelopeReader) retryPolicy(p **wireRetryPolicy) error {
 		return r.dec.DecodeNil()
 	}
 	if *p == nil {
-		*p = new(wireRetryPolicy)
+		*p = new(RetryPolicy)
 	}
 	policy := *p
 	return r.fields(func(key []byte) (err error) {
@@ -724,14 +724,14 @@ func (r *envelopeReader) retryPolicy(p **wireRetryPolicy) error {
 }
 
 // codes reads an array of status codes; nil stays nil.
-func (r *envelopeReader) codes() ([]Code, error) {
+func (r *envelopeReader) codes() ([]uint32, error) {
 	n, err := r.arrayLen()
 	if err != nil || n < 0 {
 		return nil, err
 	}
-	codes := make([]Code, n)
+	codes := make([]uint32, n)
 	for i := range codes {
-		if codes[i], err = decodeUint[Code](r); err != nil {
+		if codes[i], err = decodeUint[uint32](r); err != nil {
 			return nil, fmt.Errorf("element %d: %w", i, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package tunnel
+package wire
 
 import (
 	"bytes"
@@ -11,6 +11,14 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Status codes the samples carry, by their gRPC numbers.
+const (
+	codeResourceExhausted  = 8
+	codeFailedPrecondition = 9
+	codeInternal           = 13
+	codeUnavailable        = 14
 )
 
 // The reflection codec the hand-written one replaced is the reference: the
@@ -52,30 +60,30 @@ var big = strings.Repeat("0123456789abcdef", 70<<10/16)
 
 // sampleRequests covers every field and each form a value can take on the
 // wire: absent, nil, empty, small, and large.
-func sampleRequests() map[string]*requestEnvelope {
+func sampleRequests() map[string]*Request {
 	unary := validRequest()
-	return map[string]*requestEnvelope{
+	return map[string]*Request{
 		"unary": unary,
 		"async with everything": {
-			Version: envelopeVersion, ID: "20261129-TEST-1795995318695-AAAAAAAAAB", Method: "s.S/M",
+			Version: Version, ID: "20261129-TEST-1795995318695-AAAAAAAAAB", Method: "s.S/M",
 			Header:   Metadata{"multi": {"a", "b", "c"}, "nil": nil, "empty": {}, "one": {"x"}},
-			Enqueued: 1795995318695, Attempt: 3, Kind: kindAsync, Payload: []byte("payload"),
+			Enqueued: 1795995318695, Attempt: 3, Kind: KindAsync, Payload: []byte("payload"),
 			Key: "order-42", Timeout: 30000, Replays: 2,
-			Retry: &wireRetryPolicy{MaxAttempts: 5, InitialBackoff: 100, MaxBackoff: 60000, Multiplier: 1.5,
-				RetryableCodes: []Code{Unavailable, ResourceExhausted, Code(math.MaxUint32)}},
+			Retry: &RetryPolicy{MaxAttempts: 5, InitialBackoff: 100, MaxBackoff: 60000, Multiplier: 1.5,
+				RetryableCodes: []uint32{codeUnavailable, codeResourceExhausted, math.MaxUint32}},
 		},
-		"empty retry policy": {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindAsync,
-			Retry: &wireRetryPolicy{}},
-		"retry policy with empty codes": {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindAsync,
-			Retry: &wireRetryPolicy{MaxAttempts: 2, RetryableCodes: []Code{}}},
-		"nil header and payload":   {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindUnary},
-		"empty header and payload": {Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindUnary, Header: Metadata{}, Payload: []byte{}},
+		"empty retry policy": {Version: Version, ID: "id", Method: "s.S/M", Attempt: 1, Kind: KindAsync,
+			Retry: &RetryPolicy{}},
+		"retry policy with empty codes": {Version: Version, ID: "id", Method: "s.S/M", Attempt: 1, Kind: KindAsync,
+			Retry: &RetryPolicy{MaxAttempts: 2, RetryableCodes: []uint32{}}},
+		"nil header and payload":   {Version: Version, ID: "id", Method: "s.S/M", Attempt: 1, Kind: KindUnary},
+		"empty header and payload": {Version: Version, ID: "id", Method: "s.S/M", Attempt: 1, Kind: KindUnary, Header: Metadata{}, Payload: []byte{}},
 		"large": {
-			Version: envelopeVersion, ID: big[:40], Method: big[:300], Deadline: math.MaxInt64, ReplyTo: big[:70000],
+			Version: Version, ID: big[:40], Method: big[:300], Deadline: math.MaxInt64, ReplyTo: big[:70000],
 			Header:   Metadata{"big": {big, big[:31], big[:32], big[:255], big[:256], big[:65535], big[:65536]}},
 			Enqueued: math.MinInt64, Attempt: math.MaxInt32 + 1, Kind: math.MaxUint8, Payload: []byte(big),
 			Key: big[:33], Timeout: -1, Replays: -200,
-			Retry: &wireRetryPolicy{MaxAttempts: -1, InitialBackoff: math.MinInt64, MaxBackoff: math.MaxInt64,
+			Retry: &RetryPolicy{MaxAttempts: -1, InitialBackoff: math.MinInt64, MaxBackoff: math.MaxInt64,
 				Multiplier: math.Inf(1)},
 		},
 		"zero": {},
@@ -83,32 +91,32 @@ func sampleRequests() map[string]*requestEnvelope {
 }
 
 // sampleResponses is sampleRequests for responses.
-func sampleResponses() map[string]*responseEnvelope {
-	return map[string]*responseEnvelope{
-		"ok":          {Version: envelopeVersion, ID: "20261129-TEST-1795995318695-AAAAAAAAAA", Payload: []byte{1, 2, 3}},
-		"ok no reply": {Version: envelopeVersion, ID: "id"},
+func sampleResponses() map[string]*Response {
+	return map[string]*Response{
+		"ok":          {Version: Version, ID: "20261129-TEST-1795995318695-AAAAAAAAAA", Payload: []byte{1, 2, 3}},
+		"ok no reply": {Version: Version, ID: "id"},
 		"error with everything": {
-			Version: envelopeVersion, ID: "id", Code: FailedPrecondition, Message: "the order is closed",
+			Version: Version, ID: "id", Code: codeFailedPrecondition, Message: "the order is closed",
 			Details: [][]byte{[]byte("detail one"), nil, {}, []byte(big)},
 			Header:  Metadata{"h": {"1", "2"}, "nil": nil}, Trailer: Metadata{"t": {}, "u": {"v"}},
 			Payload: []byte{0},
 		},
-		"empty collections": {Version: envelopeVersion, ID: "id", Code: Internal,
+		"empty collections": {Version: Version, ID: "id", Code: codeInternal,
 			Details: [][]byte{}, Header: Metadata{}, Trailer: Metadata{}, Payload: []byte{}},
-		"large": {Version: envelopeVersion, ID: big[:70000], Code: Code(math.MaxUint32), Message: big,
+		"large": {Version: Version, ID: big[:70000], Code: math.MaxUint32, Message: big,
 			Trailer: Metadata{big[:300]: {big}}, Payload: []byte(big)},
 		"zero": {},
 	}
 }
 
 // decodeRequestInPlace decodes the way servers and clients do: from a
-// string, read in place (see decodeRequestString).
-func decodeRequestInPlace(b []byte, env *requestEnvelope) error {
+// string, read in place (see DecodeRequestString).
+func decodeRequestInPlace(b []byte, env *Request) error {
 	return decodeRequestFields(stringBytes(string(b)), true, env)
 }
 
 // decodeResponseInPlace is decodeRequestInPlace for responses.
-func decodeResponseInPlace(b []byte, env *responseEnvelope) error {
+func decodeResponseInPlace(b []byte, env *Response) error {
 	return decodeResponseFields(stringBytes(string(b)), true, env)
 }
 
@@ -119,12 +127,12 @@ func decodeResponseInPlace(b []byte, env *responseEnvelope) error {
 func TestEnvelopeCodecCompatibility(t *testing.T) {
 	for name, in := range sampleRequests() {
 		t.Run("request/"+name, func(t *testing.T) {
-			checkCompatibility(t, in, encodeRequest, decodeRequestInPlace)
+			checkCompatibility(t, in, EncodeRequest, decodeRequestInPlace)
 		})
 	}
 	for name, in := range sampleResponses() {
 		t.Run("response/"+name, func(t *testing.T) {
-			checkCompatibility(t, in, encodeResponse, decodeResponseInPlace)
+			checkCompatibility(t, in, EncodeResponse, decodeResponseInPlace)
 		})
 	}
 }
@@ -198,7 +206,7 @@ func TestEnvelopeCodecWritesReflectionBytes(t *testing.T) {
 	}
 	for mask := range 1 << 7 {
 		on := func(bit int) bool { return mask&(1<<bit) != 0 }
-		env := &requestEnvelope{Version: envelopeVersion, ID: "id", Method: "s.S/M", Enqueued: 7, Attempt: 1, Kind: kindUnary}
+		env := &Request{Version: Version, ID: "id", Method: "s.S/M", Enqueued: 7, Attempt: 1, Kind: KindUnary}
 		if on(0) {
 			env.Deadline = 1795995319695
 		}
@@ -212,8 +220,8 @@ func TestEnvelopeCodecWritesReflectionBytes(t *testing.T) {
 			env.Key = "key"
 		}
 		if on(4) {
-			env.Retry = &wireRetryPolicy{MaxAttempts: mask % 3, InitialBackoff: int64(mask % 5), MaxBackoff: int64(mask % 2),
-				Multiplier: float64(mask % 4), RetryableCodes: []Code{Code(mask % 17)}[:mask%2]}
+			env.Retry = &RetryPolicy{MaxAttempts: mask % 3, InitialBackoff: int64(mask % 5), MaxBackoff: int64(mask % 2),
+				Multiplier: float64(mask % 4), RetryableCodes: []uint32{uint32(mask % 17)}[:mask%2]}
 		}
 		if on(5) {
 			env.Timeout = 1000
@@ -225,7 +233,7 @@ func TestEnvelopeCodecWritesReflectionBytes(t *testing.T) {
 	}
 	for mask := range 1 << 5 {
 		on := func(bit int) bool { return mask&(1<<bit) != 0 }
-		env := &responseEnvelope{Version: envelopeVersion, ID: "id", Code: Code(mask)}
+		env := &Response{Version: Version, ID: "id", Code: uint32(mask)}
 		if on(0) {
 			env.Message = "msg"
 		}
@@ -245,7 +253,7 @@ func TestEnvelopeCodecWritesReflectionBytes(t *testing.T) {
 	}
 	for mask := range 1 << 5 {
 		on := func(bit int) bool { return mask&(1<<bit) != 0 }
-		p := new(wireRetryPolicy)
+		p := new(RetryPolicy)
 		if on(0) {
 			p.MaxAttempts = 3
 		}
@@ -259,24 +267,24 @@ func TestEnvelopeCodecWritesReflectionBytes(t *testing.T) {
 			p.Multiplier = 2
 		}
 		if on(4) {
-			p.RetryableCodes = []Code{Unavailable}
+			p.RetryableCodes = []uint32{codeUnavailable}
 		}
-		env := &requestEnvelope{Version: envelopeVersion, ID: "id", Method: "s.S/M", Attempt: 1, Kind: kindAsync, Retry: p}
+		env := &Request{Version: Version, ID: "id", Method: "s.S/M", Attempt: 1, Kind: KindAsync, Retry: p}
 		same(t, fmt.Sprintf("retry policy with fields %05b", mask), env)
 	}
 }
 
 // TestEnvelopeCodecRoundTrip checks that every field of a valid envelope
-// survives encodeRequest/decodeRequest and encodeResponse/decodeResponse
+// survives EncodeRequest/DecodeRequest and EncodeResponse/DecodeResponse
 // as it was, nil and empty values included.
 func TestEnvelopeCodecRoundTrip(t *testing.T) {
 	async := sampleRequests()["async with everything"]
-	for name, in := range map[string]*requestEnvelope{"unary": validRequest(), "async": async} {
-		b, err := encodeRequest(in)
+	for name, in := range map[string]*Request{"unary": validRequest(), "async": async} {
+		b, err := EncodeRequest(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := decodeRequest(b)
+		out, err := DecodeRequest(b)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -292,11 +300,11 @@ func TestEnvelopeCodecRoundTrip(t *testing.T) {
 	}
 
 	in := sampleResponses()["error with everything"]
-	b, err := encodeResponse(in)
+	b, err := EncodeResponse(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := decodeResponse(b)
+	out, err := DecodeResponse(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,11 +317,11 @@ func TestEnvelopeCodecRoundTrip(t *testing.T) {
 
 	// Empty omitempty fields are left out, so they come back nil, as with
 	// the reflection codec.
-	b, err = encodeResponse(sampleResponses()["empty collections"])
+	b, err = EncodeResponse(sampleResponses()["empty collections"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err = decodeResponse(b); err != nil {
+	if out, err = DecodeResponse(b); err != nil {
 		t.Fatal(err)
 	}
 	if out.Details != nil || out.Header != nil || out.Trailer != nil || out.Payload != nil {
@@ -348,7 +356,7 @@ func validRequestFields(extra ...any) []any {
 // each error says where the problem is.
 func TestEnvelopeCodecStrictness(t *testing.T) {
 	good := rawMap(t, validRequestFields()...)
-	if _, err := decodeRequest(good); err != nil {
+	if _, err := DecodeRequest(good); err != nil {
 		t.Fatalf("the valid base envelope: %v", err)
 	}
 	for name, tc := range map[string]struct {
@@ -383,7 +391,7 @@ func TestEnvelopeCodecStrictness(t *testing.T) {
 		"newer, with a new type":  {rawMap(t, validRequestFields("v", 7, "id", 42)...), []string{"version 7 is not supported"}},
 		"newer, truncated":        {[]byte{0x82, 0xa1, 'v', 0x07, 0xa2, 'i', 'd', 0xa3, 'x'}, []string{"malformed envelope", `field "id"`}}, // the version is unreadable too
 	} {
-		_, err := decodeRequest(tc.raw)
+		_, err := DecodeRequest(tc.raw)
 		if err == nil {
 			t.Errorf("%s: decoded", name)
 			continue
@@ -395,12 +403,12 @@ func TestEnvelopeCodecStrictness(t *testing.T) {
 		}
 	}
 
-	var verr errEnvelopeVersion
-	if _, err := decodeRequest(rawMap(t, validRequestFields("v", 2, "zz", 1)...)); !errors.As(err, &verr) || verr.got != 2 {
-		t.Errorf("version 2: err = %v, want errEnvelopeVersion{2}", err)
+	var verr VersionError
+	if _, err := DecodeRequest(rawMap(t, validRequestFields("v", 2, "zz", 1)...)); !errors.As(err, &verr) || verr.Got != 2 {
+		t.Errorf("version 2: err = %v, want VersionError{2}", err)
 	}
-	if _, err := decodeResponse(rawMap(t, "v", 2, "id", "id", "c", "not a code")); !errors.As(err, &verr) || verr.got != 2 {
-		t.Errorf("response version 2: err = %v, want errEnvelopeVersion{2}", err)
+	if _, err := DecodeResponse(rawMap(t, "v", 2, "id", "id", "c", "not a code")); !errors.As(err, &verr) || verr.Got != 2 {
+		t.Errorf("response version 2: err = %v, want VersionError{2}", err)
 	}
 	for name, tc := range map[string]struct {
 		raw  []byte
@@ -415,7 +423,7 @@ func TestEnvelopeCodecStrictness(t *testing.T) {
 		"no version":       {rawMap(t, "id", "id"), "no version"},
 		"int trailer keys": {rawMap(t, "v", 1, "id", "id", "tr", map[int]any{1: []string{"v"}}), `field "tr": key`},
 	} {
-		_, err := decodeResponse(tc.raw)
+		_, err := DecodeResponse(tc.raw)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("response %s: err = %v, want it to mention %q", name, err, tc.want)
 		}
@@ -439,7 +447,7 @@ func TestEnvelopeCodecLeniency(t *testing.T) {
 		"float32 multiplier":    rawMap(t, validRequestFields("rp", map[string]any{"m": float32(1.5)})...),
 		"int multiplier":        rawMap(t, validRequestFields("rp", map[string]any{"m": 2})...),
 	} {
-		want, got := new(requestEnvelope), new(requestEnvelope)
+		want, got := new(Request), new(Request)
 		if err := referenceDecode(raw, want); err != nil {
 			t.Fatalf("%s: the reflection decoder refuses the input: %v", name, err)
 		}
@@ -476,7 +484,7 @@ func checkAgainstReference[T any](t *testing.T, b []byte, decode func([]byte, *T
 	}
 }
 
-// checkPeeksAgainstReference checks that peekVersion and peekReplyAddress
+// checkPeeksAgainstReference checks that peekVersion and PeekReplyAddress
 // read b as msgpack.Unmarshal did when they used it (with a decoder of its
 // own here, since the library's pooled ones keep what a bad length made
 // them allocate). They may refuse what it took in two ways, on purpose:
@@ -498,7 +506,7 @@ func checkPeeksAgainstReference(t *testing.T, b []byte) {
 		id, replyTo = addr.ID, addr.ReplyTo
 	}
 	gotVersion := peekVersion(b)
-	gotID, gotReplyTo := peekReplyAddress(b)
+	gotID, gotReplyTo := PeekReplyAddress(b)
 	if gotVersion == version && gotID == id && gotReplyTo == replyTo {
 		return
 	}
@@ -513,7 +521,7 @@ func checkPeeksAgainstReference(t *testing.T, b []byte) {
 // withoutNaN replaces a NaN multiplier, which reflect.DeepEqual finds
 // unequal to itself, by a stand-in; it returns v.
 func withoutNaN[T any](v *T) *T {
-	if env, ok := any(v).(*requestEnvelope); ok && env.Retry != nil && math.IsNaN(env.Retry.Multiplier) {
+	if env, ok := any(v).(*Request); ok && env.Retry != nil && math.IsNaN(env.Retry.Multiplier) {
 		env.Retry.Multiplier = -42
 	}
 	return v
@@ -524,7 +532,7 @@ func BenchmarkEnvelope(b *testing.B) {
 	req := validRequest()
 	req.Payload = payload
 	req.Header = Metadata{"traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
-	resp := &responseEnvelope{Version: envelopeVersion, ID: req.ID, Payload: payload}
+	resp := &Response{Version: Version, ID: req.ID, Payload: payload}
 	reqRaw, respRaw := referenceEncode(b, req), referenceEncode(b, resp)
 
 	b.Run("request/encode/reflection", func(b *testing.B) {
@@ -546,7 +554,7 @@ func BenchmarkEnvelope(b *testing.B) {
 	b.Run("request/decode/reflection", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			env := new(requestEnvelope)
+			env := new(Request)
 			if err := referenceDecodeStrict(reqRaw, env, func() int { return env.Version }); err != nil {
 				b.Fatal(err)
 			}
@@ -555,7 +563,7 @@ func BenchmarkEnvelope(b *testing.B) {
 	b.Run("request/decode/codec", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeRequest(reqRaw); err != nil {
+			if _, err := DecodeRequest(reqRaw); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -579,7 +587,7 @@ func BenchmarkEnvelope(b *testing.B) {
 	b.Run("response/decode/reflection", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			env := new(responseEnvelope)
+			env := new(Response)
 			if err := referenceDecodeStrict(respRaw, env, func() int { return env.Version }); err != nil {
 				b.Fatal(err)
 			}
@@ -588,14 +596,14 @@ func BenchmarkEnvelope(b *testing.B) {
 	b.Run("response/decode/codec", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeResponse(respRaw); err != nil {
+			if _, err := DecodeResponse(respRaw); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 }
 
-// TestEnvelopePeeks checks peekVersion and peekReplyAddress, which read
+// TestEnvelopePeeks checks peekVersion and PeekReplyAddress, which read
 // envelopes that failed strict decoding: they skip whatever else is there,
 // and a length the input cannot hold costs them no allocation.
 func TestEnvelopePeeks(t *testing.T) {
@@ -607,8 +615,8 @@ func TestEnvelopePeeks(t *testing.T) {
 	if got := peekVersion(withExtras); got != 7 {
 		t.Errorf("peekVersion = %d, want 7", got)
 	}
-	if id, replyTo := peekReplyAddress(withExtras); id != "the-id" || replyTo != "reply" {
-		t.Errorf("peekReplyAddress = %q, %q", id, replyTo)
+	if id, replyTo := PeekReplyAddress(withExtras); id != "the-id" || replyTo != "reply" {
+		t.Errorf("PeekReplyAddress = %q, %q", id, replyTo)
 	}
 	if got := peekVersion(append(withExtras, 0xc1, 0xc1)); got != 7 {
 		t.Errorf("peekVersion with trailing bytes = %d, want 7 (trailing bytes are ignored)", got)
@@ -638,8 +646,8 @@ func TestEnvelopePeeks(t *testing.T) {
 		t.Errorf("peekVersion past an overly nested value = %d, want -1", got)
 	}
 	for name, b := range map[string][]byte{"empty": nil, "garbage": []byte("\xff\x00 nope"), "int id": rawMap(t, "id", 1, "r", "x")} {
-		if id, replyTo := peekReplyAddress(b); id != "" || replyTo != "" {
-			t.Errorf("peekReplyAddress(%s) = %q, %q; want nothing", name, id, replyTo)
+		if id, replyTo := PeekReplyAddress(b); id != "" || replyTo != "" {
+			t.Errorf("PeekReplyAddress(%s) = %q, %q; want nothing", name, id, replyTo)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package tunnel
+package wire
 
 import (
 	"errors"
@@ -6,52 +6,57 @@ import (
 	"unsafe"
 )
 
-// envelopeVersion is the wire version this runtime writes and reads. A
+// Version is the wire version this runtime writes and reads. A
 // change to the envelope's meaning gets a new version; decoders refuse
 // versions they do not know rather than guess.
-const envelopeVersion = 1
+const Version = 1
 
-// envelopeField is the one stream field that holds an envelope.
-const envelopeField = "e"
+// Field is the one stream field that holds an envelope.
+const Field = "e"
 
-// callKind says how the caller waits for the outcome.
-type callKind uint8
+// Metadata is a header or trailer: lower-case keys, each with a list of
+// values, as gRPC metadata and HTTP headers have.
+type Metadata = map[string][]string
+
+// Kind says how the caller waits for the outcome.
+type Kind uint8
 
 const (
-	kindUnary callKind = 1 // the caller waits for a response
-	kindAsync callKind = 2 // fire and forget: servers retry, then dead-letter
+	KindUnary Kind = 1 // the caller waits for a response
+	KindAsync Kind = 2 // fire and forget: servers retry, then dead-letter
 )
 
-// requestEnvelope is what a client writes to a request stream. Field names
+// Request is what a client writes to a request stream. Field names
 // are short because every call carries them. The struct tags are the wire
-// format: envelope_codec.go writes and reads it by hand, and its tests
-// check it against msgpack's reflection codec, which reads these tags.
-type requestEnvelope struct {
+// format: EncodeRequest and DecodeRequest write and read it by hand, and
+// their tests check them against msgpack's reflection codec, which reads
+// these tags.
+type Request struct {
 	Version int    `msgpack:"v"`
 	ID      string `msgpack:"id"`
 	// Method is "service/method".
 	Method string `msgpack:"m"`
-	// Deadline is unix milliseconds on Redis's clock (see redisClock). An
+	// Deadline is unix milliseconds on Redis's clock (each side measures its offset to Redis's TIME). An
 	// async request has none: it waits in the queue as long as it must.
 	Deadline int64    `msgpack:"dl,omitempty"`
 	Header   Metadata `msgpack:"h,omitempty"`
 	// ReplyTo is the caller's response stream (unary calls only).
 	ReplyTo string `msgpack:"r,omitempty"`
 	// Enqueued is unix milliseconds on Redis's clock when the call was sent.
-	Enqueued int64    `msgpack:"t"`
-	Attempt  int      `msgpack:"a"`
-	Kind     callKind `msgpack:"k"`
-	Payload  []byte   `msgpack:"p"`
+	Enqueued int64  `msgpack:"t"`
+	Attempt  int    `msgpack:"a"`
+	Kind     Kind   `msgpack:"k"`
+	Payload  []byte `msgpack:"p"`
 
 	// The fields below are for async requests only.
 
 	// Key is the idempotency key: at most one request per key succeeds
 	// within the servers' IdempotencyWindow. It names the state hash. On
 	// the wire it is left out when it is the request id (the default), and
-	// decodeRequest fills it in.
+	// DecodeRequest fills it in.
 	Key string `msgpack:"ik,omitempty"`
 	// Retry is the caller's retry policy; nil means the method's.
-	Retry *wireRetryPolicy `msgpack:"rp,omitempty"`
+	Retry *RetryPolicy `msgpack:"rp,omitempty"`
 	// Timeout bounds each attempt's handler, in milliseconds; 0 means the
 	// method's.
 	Timeout int64 `msgpack:"to,omitempty"`
@@ -60,22 +65,23 @@ type requestEnvelope struct {
 	Replays int `msgpack:"rr,omitempty"`
 }
 
-// wireRetryPolicy is a RetryPolicy as an async request carries it, so that
+// RetryPolicy is a RetryPolicy as an async request carries it, so that
 // the servers retry it the way its caller asked.
-type wireRetryPolicy struct {
-	MaxAttempts    int     `msgpack:"n,omitempty"`
-	InitialBackoff int64   `msgpack:"i,omitempty"` // milliseconds
-	MaxBackoff     int64   `msgpack:"x,omitempty"` // milliseconds
-	Multiplier     float64 `msgpack:"m,omitempty"`
-	RetryableCodes []Code  `msgpack:"c,omitempty"`
+type RetryPolicy struct {
+	MaxAttempts    int      `msgpack:"n,omitempty"`
+	InitialBackoff int64    `msgpack:"i,omitempty"` // milliseconds
+	MaxBackoff     int64    `msgpack:"x,omitempty"` // milliseconds
+	Multiplier     float64  `msgpack:"m,omitempty"`
+	RetryableCodes []uint32 `msgpack:"c,omitempty"`
 }
 
-// responseEnvelope is what a server writes to a caller's response stream.
-// Like requestEnvelope's, its struct tags are the wire format.
-type responseEnvelope struct {
+// Response is what a server writes to a caller's response stream.
+// Like Request's, its struct tags are the wire format.
+type Response struct {
 	Version int    `msgpack:"v"`
 	ID      string `msgpack:"id"`
-	Code    Code   `msgpack:"c"`
+	// Code is the status code, numbered as in gRPC (see CodeName).
+	Code    uint32 `msgpack:"c"`
 	Message string `msgpack:"msg,omitempty"`
 	// Details are marshalled google.protobuf.Any messages.
 	Details [][]byte `msgpack:"x,omitempty"`
@@ -84,22 +90,22 @@ type responseEnvelope struct {
 	Payload []byte   `msgpack:"p,omitempty"`
 }
 
-// errEnvelopeVersion reports an envelope written by a different rpr version.
-type errEnvelopeVersion struct{ got int }
+// VersionError reports an envelope written by a different rpr version.
+type VersionError struct{ Got int }
 
-func (e errEnvelopeVersion) Error() string {
-	return fmt.Sprintf("envelope version %d is not supported (this rpr speaks version %d): run the same rpr release on both sides", e.got, envelopeVersion)
+func (e VersionError) Error() string {
+	return fmt.Sprintf("envelope version %d is not supported (this rpr speaks version %d): run the same rpr release on both sides", e.Got, Version)
 }
 
-// marshalEnvelope encodes a *requestEnvelope or *responseEnvelope with the
-// hand-written codec (envelope_codec.go), so that callers need not care
-// which one they hold.
+// marshalEnvelope encodes a *Request or *Response with the
+// hand-written codec (EncodeRequest, EncodeResponse), for callers (tests)
+// that hold either.
 func marshalEnvelope(v any) ([]byte, error) {
 	switch env := v.(type) {
-	case *requestEnvelope:
-		return encodeRequest(env)
-	case *responseEnvelope:
-		return encodeResponse(env)
+	case *Request:
+		return EncodeRequest(env)
+	case *Response:
+		return EncodeResponse(env)
 	default:
 		return nil, fmt.Errorf("rpr: encode envelope: %T is not an envelope", v)
 	}
@@ -110,15 +116,15 @@ func marshalEnvelope(v any) ([]byte, error) {
 // as such, because that message tells the operator what to fix.
 func decodeStrict(b []byte, decode func([]byte) error, version func() int) error {
 	err := decode(b)
-	if err != nil || version() != envelopeVersion {
-		if got := peekVersion(b); got > 0 && got != envelopeVersion {
-			return errEnvelopeVersion{got: got}
+	if err != nil || version() != Version {
+		if got := peekVersion(b); got > 0 && got != Version {
+			return VersionError{Got: got}
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("malformed envelope: %w", err)
 	}
-	if version() != envelopeVersion {
+	if version() != Version {
 		return errors.New("malformed envelope: no version")
 	}
 	return nil
@@ -141,19 +147,19 @@ func peekVersion(b []byte) int {
 	return version
 }
 
-// decodeRequest decodes and validates a request envelope.
-func decodeRequest(b []byte) (*requestEnvelope, error) { return decodeRequestFrom(b, false) }
+// DecodeRequest decodes and validates a request envelope.
+func DecodeRequest(b []byte) (*Request, error) { return decodeRequestFrom(b, false) }
 
-// decodeRequestString is decodeRequest for an envelope as Redis hands it
+// DecodeRequestString is DecodeRequest for an envelope as Redis hands it
 // over: a string, whose bytes are read in place and whose memory the
 // envelope's strings share, which spares a copy of each.
-func decodeRequestString(raw string) (*requestEnvelope, error) {
+func DecodeRequestString(raw string) (*Request, error) {
 	return decodeRequestFrom(stringBytes(raw), true)
 }
 
 // decodeRequestFrom decodes b, the bytes of a string when frozen.
-func decodeRequestFrom(b []byte, frozen bool) (*requestEnvelope, error) {
-	env := new(requestEnvelope)
+func decodeRequestFrom(b []byte, frozen bool) (*Request, error) {
+	env := new(Request)
 	decode := func(b []byte) error { return decodeRequestFields(b, frozen, env) }
 	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return nil, err
@@ -167,14 +173,14 @@ func decodeRequestFrom(b []byte, frozen bool) (*requestEnvelope, error) {
 		return nil, fmt.Errorf("malformed envelope: attempt %d (attempts count from 1)", env.Attempt)
 	}
 	switch env.Kind {
-	case kindUnary:
+	case KindUnary:
 		switch {
 		case env.ReplyTo == "":
 			return nil, errors.New("malformed envelope: no reply-to stream")
 		case env.Deadline <= 0:
 			return nil, errors.New("malformed envelope: no deadline")
 		}
-	case kindAsync:
+	case KindAsync:
 		if env.ReplyTo != "" {
 			return nil, errors.New("malformed envelope: async request with a reply-to stream")
 		}
@@ -187,18 +193,18 @@ func decodeRequestFrom(b []byte, frozen bool) (*requestEnvelope, error) {
 	return env, nil
 }
 
-// decodeResponse decodes and validates a response envelope.
-func decodeResponse(b []byte) (*responseEnvelope, error) { return decodeResponseFrom(b, false) }
+// DecodeResponse decodes and validates a response envelope.
+func DecodeResponse(b []byte) (*Response, error) { return decodeResponseFrom(b, false) }
 
-// decodeResponseString is decodeResponse for a string (see
-// decodeRequestString).
-func decodeResponseString(raw string) (*responseEnvelope, error) {
+// DecodeResponseString is DecodeResponse for a string (see
+// DecodeRequestString).
+func DecodeResponseString(raw string) (*Response, error) {
 	return decodeResponseFrom(stringBytes(raw), true)
 }
 
 // decodeResponseFrom decodes b, the bytes of a string when frozen.
-func decodeResponseFrom(b []byte, frozen bool) (*responseEnvelope, error) {
-	env := new(responseEnvelope)
+func decodeResponseFrom(b []byte, frozen bool) (*Response, error) {
+	env := new(Response)
 	decode := func(b []byte) error { return decodeResponseFields(b, frozen, env) }
 	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return nil, err
@@ -209,10 +215,10 @@ func decodeResponseFrom(b []byte, frozen bool) (*responseEnvelope, error) {
 	return env, nil
 }
 
-// peekReplyAddress reads the id and reply-to stream of an envelope that
+// PeekReplyAddress reads the id and reply-to stream of an envelope that
 // failed strict decoding, so the caller can still be told why. Both are
 // empty when they cannot be read.
-func peekReplyAddress(b []byte) (id, replyTo string) {
+func PeekReplyAddress(b []byte) (id, replyTo string) {
 	err := scanEnvelope(b, func(r *envelopeReader, key []byte) (err error) {
 		switch string(key) {
 		case "id":

@@ -1,4 +1,4 @@
-package tunnel
+package store
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/rprtunnel/rpr/internal/redistest"
 )
 
-// TestJanitorTrimsOnlyWhatEveryGroupAcknowledged runs janitorScript on a
+// TestJanitorTrimsOnlyWhatEveryGroupAcknowledged runs the janitor script on a
 // stream with acknowledged, pending and undelivered entries, and with a
 // second group that has read nothing: it removes exactly the entries below
 // the oldest one some group still needs.
@@ -22,11 +22,13 @@ func TestJanitorTrimsOnlyWhatEveryGroupAcknowledged(t *testing.T) {
 	hour := time.Hour.Milliseconds()
 	janitor := func(idleMs int64) (trimmed, forgotten int64) {
 		t.Helper()
-		res, err := janitorScript.Run(ctx, rdb, []string{stream}, idleMs).Int64Slice()
-		if err != nil || len(res) != 2 {
-			t.Fatalf("janitor: %v %v", res, err)
+		call := NewJanitor(stream, time.Duration(idleMs)*time.Millisecond)
+		Run(ctx, rdb, &call.Call)
+		trimmed, forgotten, err := call.Result()
+		if err != nil {
+			t.Fatalf("janitor: %v", err)
 		}
-		return res[0], res[1]
+		return trimmed, forgotten
 	}
 	if trimmed, _ := janitor(hour); trimmed != 0 {
 		t.Fatalf("trimmed %d entries of a stream that does not exist", trimmed)
@@ -42,12 +44,12 @@ func TestJanitorTrimsOnlyWhatEveryGroupAcknowledged(t *testing.T) {
 	if trimmed, _ := janitor(hour); trimmed != 0 {
 		t.Fatalf("trimmed %d entries of a stream without groups", trimmed)
 	}
-	if err := rdb.XGroupCreate(ctx, stream, workersGroup, "0").Err(); err != nil {
+	if err := rdb.XGroupCreate(ctx, stream, WorkersGroup, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	read := func(consumer string, n int64) {
 		t.Helper()
-		group := workersGroup
+		group := WorkersGroup
 		if consumer == "c3" {
 			group = "audit"
 		}
@@ -57,14 +59,14 @@ func TestJanitorTrimsOnlyWhatEveryGroupAcknowledged(t *testing.T) {
 	}
 	read("c1", 3) // ids[0..2] to c1
 	read("c2", 3) // ids[3..5] to c2; ids[6..9] undelivered
-	if err := rdb.XAck(ctx, stream, workersGroup, ids[0], ids[1], ids[2], ids[4], ids[5]).Err(); err != nil {
+	if err := rdb.XAck(ctx, stream, WorkersGroup, ids[0], ids[1], ids[2], ids[4], ids[5]).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// ids[3] is still pending: everything below it may go, nothing else.
 	if trimmed, _ := janitor(hour); trimmed != 3 {
 		t.Fatalf("trimmed %d entries, want the 3 acknowledged below the oldest pending", trimmed)
 	}
-	if err := rdb.XAck(ctx, stream, workersGroup, ids[3]).Err(); err != nil {
+	if err := rdb.XAck(ctx, stream, WorkersGroup, ids[3]).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Now only the undelivered ids[6..9] remain needed.
@@ -79,7 +81,7 @@ func TestJanitorTrimsOnlyWhatEveryGroupAcknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 	read("c2", 4)
-	if err := rdb.XAck(ctx, stream, workersGroup, ids[6], ids[7], ids[8], ids[9]).Err(); err != nil {
+	if err := rdb.XAck(ctx, stream, WorkersGroup, ids[6], ids[7], ids[8], ids[9]).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if trimmed, _ := janitor(hour); trimmed != 0 {

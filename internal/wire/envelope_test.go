@@ -1,4 +1,4 @@
-package tunnel
+package wire
 
 import (
 	"errors"
@@ -8,11 +8,11 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-func validRequest() *requestEnvelope {
-	return &requestEnvelope{
-		Version: envelopeVersion, ID: "20261129-TEST-1795995318695-AAAAAAAAAA", Method: "s.S/M",
+func validRequest() *Request {
+	return &Request{
+		Version: Version, ID: "20261129-TEST-1795995318695-AAAAAAAAAA", Method: "s.S/M",
 		Deadline: 1795995319695, ReplyTo: "rpr:v1:{s.S}:resp:c", Enqueued: 1795995318695,
-		Attempt: 1, Kind: kindUnary, Payload: []byte{1, 2}, Header: Metadata{"k": {"v"}},
+		Attempt: 1, Kind: KindUnary, Payload: []byte{1, 2}, Header: Metadata{"k": {"v"}},
 	}
 }
 
@@ -22,11 +22,11 @@ func TestRequestEnvelopeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := decodeRequest(b)
+	out, err := DecodeRequest(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.ID != in.ID || out.Deadline != in.Deadline || out.Header.Get("k") != "v" || string(out.Payload) != string(in.Payload) {
+	if out.ID != in.ID || out.Deadline != in.Deadline || out.Header["k"][0] != "v" || string(out.Payload) != string(in.Payload) {
 		t.Fatalf("round trip: %+v", out)
 	}
 }
@@ -54,20 +54,20 @@ func TestRequestEnvelopeStrictDecoding(t *testing.T) {
 		"no deadline":    {encode(func(m map[string]any) { delete(m, "dl") }), "no deadline"},
 		"trailing bytes": {append(good, 0x01), "trailing bytes"},
 	} {
-		_, err := decodeRequest(tc.raw)
+		_, err := DecodeRequest(tc.raw)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, tc.want)
 		}
 	}
-	_, err := decodeRequest(encode(func(m map[string]any) { m["v"] = 2 }))
-	var verr errEnvelopeVersion
-	if !errors.As(err, &verr) || verr.got != 2 {
-		t.Errorf("version 2: err = %v, want errEnvelopeVersion{2}", err)
+	_, err := DecodeRequest(encode(func(m map[string]any) { m["v"] = 2 }))
+	var verr VersionError
+	if !errors.As(err, &verr) || verr.Got != 2 {
+		t.Errorf("version 2: err = %v, want VersionError{2}", err)
 	}
 }
 
 // FuzzDecodeRequest checks that no input panics the request decoder, that
-// it accepts nothing decodeRequest should refuse, and that it agrees with
+// it accepts nothing DecodeRequest should refuse, and that it agrees with
 // the reflection decoder it replaced (checkAgainstReference).
 func FuzzDecodeRequest(f *testing.F) {
 	good, _ := marshalEnvelope(validRequest())
@@ -81,8 +81,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		env, err := decodeRequest(b) // must never panic
-		if err == nil && (env.ID == "" || env.Method == "" || (env.Kind == kindUnary) == (env.ReplyTo == "")) {
+		env, err := DecodeRequest(b) // must never panic
+		if err == nil && (env.ID == "" || env.Method == "" || (env.Kind == KindUnary) == (env.ReplyTo == "")) {
 			t.Fatalf("accepted an envelope without id, method, or a reply-to stream that fits its kind: %+v", env)
 		}
 		checkAgainstReference(t, b, decodeRequestInPlace)
@@ -101,7 +101,7 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		env, err := decodeResponse(b) // must never panic
+		env, err := DecodeResponse(b) // must never panic
 		if err == nil && env.ID == "" {
 			t.Fatalf("accepted a response without a request id: %+v", env)
 		}

@@ -1,0 +1,56 @@
+package store
+
+// answerScript finishes a batch of unary requests on the fast path (no
+// state hash: the entry's delivery is its claim): for each it writes the
+// response to the caller's stream (NOMKSTREAM: nothing is created for a
+// caller that is gone), then acknowledges and removes all their entries at
+// once. There is no state to record and no fence: a worker that lost a
+// request to a takeover still answers truthfully, and the caller takes
+// the first answer. Its ARGV is two values per request rather than the
+// complete script's seven, which is most of what a completion costs Redis.
+//
+//	KEYS[1] request stream   KEYS[1+k] reply stream of request k
+//	ARGV[1] consumer group   ARGV[2k] entry id of request k
+//	ARGV[2k+1] its response envelope
+//
+// Returns one result per request: 1 when written, 0 when the reply stream
+// no longer exists.
+var answerScript = newScript("answer", `
+local out, done = {}, {}
+for k = 1, #KEYS - 1 do
+  out[k] = 1
+  if not redis.call('XADD', KEYS[k + 1], 'NOMKSTREAM', '*', 'e', ARGV[2 * k + 1]) then out[k] = 0 end
+  done[k] = ARGV[2 * k]
+end
+redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
+redis.call('XDEL', KEYS[1], unpack(done))
+return out
+`)
+
+// Answer writes the answers of fast-path unary requests of one request
+// stream in one script run, and retires their entries.
+type Answer struct {
+	Call
+	n int
+}
+
+// NewAnswer starts an Answer for requests of stream; size is how many
+// will be added.
+func NewAnswer(stream string, size int) *Answer {
+	a := &Answer{Call: Call{script: answerScript}}
+	a.keys = append(make([]string, 0, 1+size), stream)
+	a.args = append(make([]any, 0, 1+2*size), WorkersGroup)
+	return a
+}
+
+// Add adds the answer resp to the request in entry, for the caller whose
+// stream is replyTo.
+func (a *Answer) Add(replyTo, entryID string, resp []byte) {
+	a.keys = append(a.keys, replyTo)
+	a.args = append(a.args, entryID, resp)
+	a.n++
+}
+
+// Result returns Written or CallerGone for each answer, in the order
+// added.
+func (a *Answer) Result() ([]int64, error) { return a.ints(a.n) }

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// arbiterScript is the client's side of the arbiter: when a call's deadline
+// passes or its caller cancels, it settles whether the request ran.
+//
+// A request with a state hash (a mark, or one a worker took over) is
+// settled by it: the mark wins only over an absent state. Otherwise, for a
+// request sent on the fast path whose entry id the client knows, the
+// request stream decides: an entry still there and not delivered to any
+// worker is deleted, so it never runs, and marked; a delivered one
+// (pending) may be running, so it is marked (a worker that has not begun
+// it yet skips it) and, if the caller cancelled, the servers are told so
+// its handler is cancelled; no entry at all means it finished. Without an
+// entry id (the send's reply was lost) nothing can be proved.
+//
+//	KEYS[1] state hash   KEYS[2] request stream
+//	ARGV[1] TIMEOUT | CANCELLED   ARGV[2] TTL ms
+//	ARGV[3] cancel channel        ARGV[4] request id
+//	ARGV[5] entry id, '' when unknown   ARGV[6] consumer group
+//
+// Returns {1, ARGV[1]} when the request will never run, or {0, what}:
+// the state found, 'DELIVERED', 'FINISHED', or 'UNKNOWN'.
+var arbiterScript = newScript("arbiter", `
+local st, stream, mark, entry = KEYS[1], KEYS[2], ARGV[1], ARGV[5]
+local function stamp()
+  redis.call('HSET', st, 'marked_ms', now_ms())
+  redis.call('PEXPIRE', st, ARGV[2])
+end
+local state = redis.call('HGET', st, 'state')
+if state then
+  if state == 'PROCESSING' and mark == 'CANCELLED' then
+    redis.call('PUBLISH', ARGV[3], ARGV[4])
+  end
+  return {0, state}
+end
+if entry == '' then return {0, 'UNKNOWN'} end
+if #redis.call('XPENDING', stream, ARGV[6], entry, entry, 1) > 0 then
+  redis.call('HSET', st, 'state', mark)
+  stamp()
+  if mark == 'CANCELLED' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
+  return {0, 'DELIVERED'}
+end
+if #redis.call('XRANGE', stream, entry, entry) > 0 then
+  redis.call('XDEL', stream, entry)
+  redis.call('HSET', st, 'state', mark)
+  stamp()
+  return {1, mark}
+end
+return {0, 'FINISHED'}
+`)
+
+// What the arbiter found, besides a state, when it could not mark a
+// request.
+const (
+	ArbiterDelivered = "DELIVERED" // a worker has the entry: it may be running
+	ArbiterFinished  = "FINISHED"  // the entry is gone: the request finished
+	ArbiterUnknown   = "UNKNOWN"   // no entry id: nothing can be proved
+)
+
+// Arbiter settles, for a caller that gave up on a request, whether the
+// request ran; see its Result.
+type Arbiter struct {
+	Call
+}
+
+// NewArbiter starts the arbiter for request id in shard sk, sent to
+// stream as entryID ("" when that is unknown): mark is wire.StateTimeout
+// or wire.StateCancelled, kept for ttl; a cancel is announced on
+// cancels (Keyspace.Cancels).
+func NewArbiter(sk Shard, stream, cancels, id, entryID, mark string, ttl time.Duration) *Arbiter {
+	return &Arbiter{Call: Call{script: arbiterScript,
+		keys: []string{sk.State(id), stream},
+		args: []any{mark, ttl.Milliseconds(), cancels, id, entryID, WorkersGroup}}}
+}
+
+// Result returns whether the mark won (the request never ran and never
+// will), and otherwise what was found: a state, ArbiterDelivered,
+// ArbiterFinished or ArbiterUnknown.
+func (a *Arbiter) Result() (won bool, found string, err error) {
+	reply, err := a.reply()
+	if err != nil {
+		return false, "", err
+	}
+	pair, _ := reply.([]any)
+	if len(pair) != 2 {
+		return false, "", fmt.Errorf("script arbiter: malformed reply %v", reply)
+	}
+	n, _ := pair[0].(int64)
+	found, _ = pair[1].(string)
+	return n == 1, found, nil
+}

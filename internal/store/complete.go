@@ -1,0 +1,163 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/rprtunnel/rpr/internal/wire"
+)
+
+// completeScript finishes a batch of claimed requests of one request
+// stream: for each it records the final state and acts on the outcome,
+// then acknowledges and removes all their entries at once, so an entry is
+// acknowledged only together with its outcome. Each completion is fenced:
+// a worker that no longer holds the request (it was taken over) writes
+// nothing for it. See Completion for the actions.
+//
+//	KEYS[1] request stream
+//	KEYS[2k] target of request k (reply stream | retry set | dead-letter
+//	         stream; done: its state hash again)   KEYS[2k+1] its state hash
+//	ARGV[1] consumer group   ARGV[2] worker id
+//	ARGV[7k-4..7k+2] request k: entry id, action, final state, state TTL ms,
+//	         response envelope (stored in the state; '' for none),
+//	         envelope to retry or dead-letter, and for retry the backoff ms,
+//	         for dead a JSON array of field/value pairs for the entry
+//
+// Returns one result per request: 1 when done, 0 when the reply stream no
+// longer exists (the caller is gone; nothing is created for it), -1 when
+// this worker lost the request (fenced).
+var completeScript = newScript("complete", `
+local now -- Redis time (ms), read once and only when a state needs it
+local function clock()
+  if not now then now = now_ms() end
+  return now
+end
+local out, done = {}, {}
+for k = 1, (#KEYS - 1) / 2 do
+  local target, st = KEYS[2 * k], KEYS[2 * k + 1]
+  local a = 7 * k - 5
+  local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+  local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
+  if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
+    out[k] = -1
+  else
+    if action == 'done' then
+      -- The done marker is kept for the idempotency window (a day by
+      -- default), so it keeps only what rpr trace shows: not the claim's
+      -- details nor an earlier attempt's error (which would also have made
+      -- the hash a large one).
+      redis.call('DEL', st)
+      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3])
+    elseif resp ~= '' then
+      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0, 'resp', resp)
+    else
+      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0)
+    end
+    redis.call('PEXPIRE', st, ttl)
+    out[k] = 1
+    if action == 'reply' then
+      if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
+    elseif action == 'retry' then
+      redis.call('ZADD', target, clock() + tonumber(extra), env)
+    elseif action == 'dead' then
+      local fields = cjson.decode(extra)
+      redis.call('XADD', target, '*', 'e', env, 'entry', entry, 'failed_ms', clock(), unpack(fields))
+    end
+    done[#done + 1] = entry
+  end
+end
+if #done > 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
+  redis.call('XDEL', KEYS[1], unpack(done))
+end
+return out
+`)
+
+// Actions of a Completion.
+const (
+	// ActionReply: a unary request; write Response to Target, the caller's
+	// stream (not creating it for a caller that is gone).
+	ActionReply = "reply"
+	// ActionDone: an async success; only the state (the idempotency key's
+	// done marker).
+	ActionDone = "done"
+	// ActionRetry: an async failure with attempts left; put Envelope (the
+	// next attempt) in Target, the retry set, due after Backoff.
+	ActionRetry = "retry"
+	// ActionDead: an async failure without; add Envelope (the original) to
+	// Target, the dead-letter stream, with Letter's fields.
+	ActionDead = "dead"
+)
+
+// Completion is the outcome of one request a worker claimed, to be
+// written by Complete.
+type Completion struct {
+	Action  string // ActionReply, ActionDone, ActionRetry or ActionDead
+	EntryID string
+	State   string        // the request's state hash
+	Final   string        // the state to record (wire.StateSuccess, ...)
+	TTL     time.Duration // how long the state keeps the outcome
+	// Response is the response envelope, kept in the state (and written
+	// to the caller for ActionReply); nil for none.
+	Response []byte
+	// Target is the reply stream, retry set or dead-letter stream; unused
+	// for ActionDone.
+	Target string
+	// Envelope is the request envelope to retry or dead-letter.
+	Envelope []byte
+	// Backoff is how long a retry waits (ActionRetry).
+	Backoff time.Duration
+	// Letter is what the dead-letter entry records (ActionDead).
+	Letter wire.DeadLetter
+}
+
+// Fenced is Complete's result for a request this worker lost to another
+// (it wrote nothing); CallerGone for a reply whose caller's stream no
+// longer exists; Written for the rest.
+const (
+	Fenced     = -1
+	CallerGone = 0
+	Written    = 1
+)
+
+// Complete writes the outcomes of claimed requests of one request stream
+// in one script run: the state, the action and the entries'
+// acknowledgement together.
+type Complete struct {
+	Call
+	n int
+}
+
+// NewComplete starts a Complete for requests of stream, by worker; size is
+// how many will be added.
+func NewComplete(stream, worker string, size int) *Complete {
+	c := &Complete{Call: Call{script: completeScript}}
+	c.keys = append(make([]string, 0, 1+2*size), stream)
+	c.args = append(make([]any, 0, 2+7*size), WorkersGroup, worker)
+	return c
+}
+
+// Add adds one outcome.
+func (c *Complete) Add(comp *Completion) {
+	target := comp.Target
+	if comp.Action == ActionDone || target == "" {
+		target = comp.State // not written; keeps the script in one slot
+	}
+	var extra string
+	switch comp.Action {
+	case ActionRetry:
+		extra = itoa(max(comp.Backoff.Milliseconds(), 1))
+	case ActionDead:
+		pairs, _ := json.Marshal(comp.Letter.Pairs()) // strings always encode
+		extra = string(pairs)
+	}
+	c.keys = append(c.keys, target, comp.State)
+	c.args = append(c.args, comp.EntryID, comp.Action, comp.Final,
+		max(comp.TTL, time.Millisecond).Milliseconds(), comp.Response, comp.Envelope, extra)
+	c.n++
+}
+
+// Result returns Written, CallerGone or Fenced for each outcome, in the
+// order added.
+func (c *Complete) Result() ([]int64, error) { return c.ints(c.n) }

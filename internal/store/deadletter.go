@@ -1,0 +1,54 @@
+package store
+
+import "github.com/rprtunnel/rpr/internal/wire"
+
+// replyScript answers a caller whose request could not even be decoded
+// (so it has no state), without creating a stream for a departed caller.
+//
+//	KEYS[1] caller's response stream
+//	ARGV[1] response envelope
+var replyScript = newScript("reply", `
+if redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', 'e', ARGV[1]) then return 1 end
+return 0
+`)
+
+// Reply answers a caller whose request could not be decoded.
+type Reply struct {
+	Call
+}
+
+// NewReply writes resp to the caller's stream replyTo, if it exists.
+func NewReply(replyTo string, resp []byte) *Reply {
+	return &Reply{Call: Call{script: replyScript, keys: []string{replyTo}, args: []any{resp}}}
+}
+
+// deadLetterScript moves an entry that cannot be processed (malformed
+// envelope) to the dead-letter stream with the reason, then retires it.
+//
+//	KEYS[1] request stream      KEYS[2] dead-letter stream
+//	ARGV[1] consumer group      ARGV[2] request entry id
+//	ARGV[3] raw entry payload   ARGV[4] reason
+//	ARGV[5] status code name    ARGV[6] worker id
+//	ARGV[7] the lane the entry was queued in
+var deadLetterScript = newScript("dead_letter", `
+redis.call('XADD', KEYS[2], '*', 'e', ARGV[3], 'entry', ARGV[2], 'failed_ms', now_ms(),
+  'reason', ARGV[4], 'code', ARGV[5], 'worker', ARGV[6], 'lane', ARGV[7])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return 1
+`)
+
+// DeadLetterEntry moves one undecodable entry to its shard's dead-letter
+// stream and retires it.
+type DeadLetterEntry struct {
+	Call
+}
+
+// NewDeadLetterEntry dead-letters the entry entryID of stream in shard sk,
+// whose raw envelope is raw: letter gives the reason, code, worker and
+// lane (its other fields are not known for such an entry).
+func NewDeadLetterEntry(sk Shard, stream, entryID, raw string, letter wire.DeadLetter) *DeadLetterEntry {
+	return &DeadLetterEntry{Call: Call{script: deadLetterScript,
+		keys: []string{stream, sk.DeadLetters()},
+		args: []any{WorkersGroup, entryID, raw, letter.Reason, letter.Code, letter.Worker, letter.Lane}}}
+}

@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// prelude is the Lua every script starts with: the helpers several scripts
+// share, so that each is written once. Redis compiles a script once per
+// SHA, so the prelude costs nothing per call but defining a few locals.
+const prelude = `
+-- now_ms and now_us read Redis's own clock (TIME): host clocks never decide.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- beat_ms returns the time of a worker's last heartbeat from its record in
+-- a workers hash (JSON, see wire.Worker), nil when the record is absent or
+-- unreadable.
+local function beat_ms(raw)
+  if not raw then return nil end
+  local ok, w = pcall(cjson.decode, raw)
+  if not ok or type(w) ~= 'table' or type(w['beat_ms']) ~= 'number' then return nil end
+  return w['beat_ms']
+end
+`
+
+// script is one Lua script of rpr's, prelude included.
+type script struct {
+	name string
+	lua  *redis.Script
+}
+
+// scripts lists every script, for LoadScripts.
+var scripts []*script
+
+// newScript registers the script called name with body (after the
+// prelude).
+func newScript(name, body string) *script {
+	s := &script{name: name, lua: redis.NewScript(prelude + body)}
+	scripts = append(scripts, s)
+	return s
+}
+
+// LoadScripts loads every script into Redis's script cache, so that the
+// first calls need not fall back to EVAL.
+func LoadScripts(ctx context.Context, c redis.Scripter) error {
+	for _, s := range scripts {
+		if err := s.lua.Load(ctx, c).Err(); err != nil {
+			return fmt.Errorf("load Lua script %s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// Call is one run of a script: the keys and arguments its typed builder
+// assembled and, once run, its reply. Typed builders embed it and read
+// the reply with a Result method of their own.
+type Call struct {
+	script *script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// Queue sends the call with EVALSHA through c: a pipeline, or a client
+// for a call on its own.
+func (c *Call) Queue(ctx context.Context, p redis.Scripter) redis.Cmder {
+	c.cmd = c.script.lua.EvalSha(ctx, p, c.keys, c.args...)
+	return c.cmd
+}
+
+// Recover runs the call again with EVAL, which also loads the script,
+// when its EVALSHA found the script missing (NOSCRIPT: Redis restarted or
+// failed over since the scripts were loaded). Every call is recovered
+// here and nowhere else.
+func (c *Call) Recover(ctx context.Context, rdb redis.Scripter) {
+	if c.cmd != nil && isNoScript(c.cmd.Err()) {
+		c.cmd = c.script.lua.Eval(ctx, rdb, c.keys, c.args...)
+	}
+}
+
+// Err returns the error of the call's run, if any.
+func (c *Call) Err() error {
+	if c.cmd == nil {
+		return fmt.Errorf("script %s was not run", c.script.name)
+	}
+	return c.cmd.Err()
+}
+
+// reply returns the call's reply, with the script's name on its error.
+func (c *Call) reply() (any, error) {
+	if err := c.Err(); err != nil {
+		return nil, fmt.Errorf("script %s: %w", c.script.name, err)
+	}
+	return c.cmd.Val(), nil
+}
+
+// ints returns the reply as integers, checking that there are n of them
+// (n < 0: any number).
+func (c *Call) ints(n int) ([]int64, error) {
+	if _, err := c.reply(); err != nil {
+		return nil, err
+	}
+	out, err := c.cmd.Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("script %s: %w", c.script.name, err)
+	}
+	if n >= 0 && len(out) != n {
+		return nil, fmt.Errorf("script %s answered %d values, want %d", c.script.name, len(out), n)
+	}
+	return out, nil
+}
+
+// strings returns the reply as strings, checking that there are n of them
+// (n < 0: any number).
+func (c *Call) strings(n int) ([]string, error) {
+	if _, err := c.reply(); err != nil {
+		return nil, err
+	}
+	out, err := c.cmd.StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("script %s: %w", c.script.name, err)
+	}
+	if n >= 0 && len(out) != n {
+		return nil, fmt.Errorf("script %s answered %d values, want %d", c.script.name, len(out), n)
+	}
+	return out, nil
+}
+
+// Run runs calls, in one pipeline when there are several, and recovers
+// those that found their script missing. Each call carries its own
+// outcome (its Result method, or Err).
+func Run(ctx context.Context, rdb redis.Cmdable, calls ...*Call) {
+	switch len(calls) {
+	case 0:
+		return
+	case 1:
+		calls[0].Queue(ctx, rdb)
+	default:
+		pipe := rdb.Pipeline()
+		for _, c := range calls {
+			c.Queue(ctx, pipe)
+		}
+		_, _ = pipe.Exec(ctx) // each call carries its own error
+	}
+	for _, c := range calls {
+		c.Recover(ctx, rdb)
+	}
+}
+
+// isNoScript reports Redis's answer to an EVALSHA of a script it does not
+// have.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// itoa formats n in decimal.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,222 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A service's routing table sends calls to lanes: each lane is its own
+// request queue, served by the servers that joined it, so a new version
+// can take a slice of the traffic, or only the calls a header marks.
+//
+// The table lives in the hash rpr:v1:{S}:routes, one field per method
+// pattern ("pkg.Svc/Method", or "pkg.Svc/*" for every method), each holding
+// a JSON list of rules (RouteRule). A call is routed by the rules of its
+// exact method pattern, then by those of the service wildcard; within a
+// pattern the first rule that matches wins; when none does, the call goes
+// to the default lane. A rule matches when each of its headers has the
+// given value (a rule without headers always matches), and it then picks
+// one of its lanes at random by weight. A change of the table is announced
+// by publishing on rpr:v1:{S}:routes:changed; callers also reload the
+// table every second.
+
+// RouteRule is one rule of a route: which calls it matches and the lanes
+// it sends them to.
+type RouteRule struct {
+	// Match lists the request headers the rule requires, by lower-case
+	// key; a call matches when, for each, one of the header's values is
+	// the given one. Empty matches every call.
+	Match map[string]string `json:"match,omitempty"`
+	// Lanes are where matching calls go, chosen at random in proportion to
+	// the weights. One lane with any weight takes them all.
+	Lanes []LaneWeight `json:"lanes"`
+}
+
+// LaneWeight is one lane of a rule and its share of the rule's calls.
+type LaneWeight struct {
+	Lane   string `json:"lane"`
+	Weight int    `json:"weight"`
+}
+
+// maxLaneLen bounds lane names, which appear in key names.
+const maxLaneLen = 32
+
+var laneName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+
+// ValidateLane checks a lane name: 1-32 characters of a-z, 0-9, '.', '_'
+// and '-', starting with a letter or digit. "default" is the default lane.
+func ValidateLane(lane string) error {
+	if len(lane) > maxLaneLen || !laneName.MatchString(lane) {
+		return fmt.Errorf("lane %q: want 1-%d characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit (e.g. v2, canary)", lane, maxLaneLen)
+	}
+	return nil
+}
+
+// Validate checks a rule's lanes and weights.
+func (r RouteRule) Validate() error {
+	if len(r.Lanes) == 0 {
+		return errors.New("no lane (e.g. v2, or v1:90,v2:10)")
+	}
+	seen := map[string]bool{}
+	for _, lw := range r.Lanes {
+		if err := ValidateLane(lw.Lane); err != nil {
+			return err
+		}
+		if seen[lw.Lane] {
+			return fmt.Errorf("lane %q is listed twice", lw.Lane)
+		}
+		seen[lw.Lane] = true
+		if lw.Weight < 0 {
+			return fmt.Errorf("lane %q has a negative weight", lw.Lane)
+		}
+	}
+	if r.TotalWeight() == 0 {
+		return errors.New("the weights add up to 0; give at least one lane a weight")
+	}
+	for key := range r.Match {
+		if key == "" || key != strings.ToLower(key) {
+			return fmt.Errorf("header %q: match keys are lower-case and not empty", key)
+		}
+	}
+	return nil
+}
+
+// String returns the rule in the form the CLI reads and writes, e.g.
+// "x-canary=true => v1:90,v2:10".
+func (r RouteRule) String() string {
+	var b strings.Builder
+	if len(r.Match) > 0 {
+		for i, k := range slices.Sorted(maps.Keys(r.Match)) {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(k + "=" + r.Match[k])
+		}
+		b.WriteString(" => ")
+	}
+	for i, lw := range r.Lanes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(lw.Lane)
+		if len(r.Lanes) > 1 {
+			b.WriteString(":" + strconv.Itoa(lw.Weight))
+		}
+	}
+	return b.String()
+}
+
+// Matches reports whether a call with header satisfies the rule's Match.
+func (r RouteRule) Matches(header Metadata) bool {
+	for key, want := range r.Match {
+		if !slices.Contains(header[key], want) {
+			return false
+		}
+	}
+	return true
+}
+
+// TotalWeight adds up the weights of the rule's lanes.
+func (r RouteRule) TotalWeight() int {
+	total := 0
+	for _, lw := range r.Lanes {
+		total += lw.Weight
+	}
+	return total
+}
+
+// Pick chooses one of the rule's lanes by weight; roll is uniform in
+// [0, 1).
+func (r RouteRule) Pick(roll float64) string {
+	n := int(roll * float64(r.TotalWeight()))
+	for _, lw := range r.Lanes {
+		if n < lw.Weight {
+			return lw.Lane
+		}
+		n -= lw.Weight
+	}
+	return r.Lanes[len(r.Lanes)-1].Lane
+}
+
+// RouteTable is a service's routing table: method pattern -> rules.
+type RouteTable map[string][]RouteRule
+
+// Resolve returns the rule a call to method ("Method") with header goes
+// by, and its route's pattern: the first rule that matches, of the exact
+// method's route, then of the service wildcard's. nil: no rule matched,
+// the call goes to the default lane.
+func (t RouteTable) Resolve(service, method string, header Metadata) (pattern string, index int, rule *RouteRule) {
+	for _, pattern := range [...]string{service + "/" + method, service + "/*"} {
+		rules := t[pattern]
+		for i := range rules {
+			if rules[i].Matches(header) {
+				return pattern, i, &rules[i]
+			}
+		}
+	}
+	return "", -1, nil
+}
+
+// Lanes returns every lane the table names, sorted.
+func (t RouteTable) Lanes() []string {
+	set := map[string]bool{}
+	for _, rules := range t {
+		for _, r := range rules {
+			for _, lw := range r.Lanes {
+				if lw.Weight > 0 {
+					set[lw.Lane] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// ParseRouteTable decodes the routes hash; fields that do not decode are
+// reported and skipped, so one bad entry does not stop the others.
+func ParseRouteTable(service string, hash map[string]string) (RouteTable, []error) {
+	table := RouteTable{}
+	var errs []error
+	for pattern, raw := range hash {
+		if err := ValidatePattern(service, pattern); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var rules []RouteRule
+		if err := json.Unmarshal([]byte(raw), &rules); err != nil {
+			errs = append(errs, fmt.Errorf("route %s: not a JSON list of rules: %w (fix it with `rpr routes set`)", pattern, err))
+			continue
+		}
+		bad := false
+		for _, r := range rules {
+			if err := r.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("route %s: %w (fix it with `rpr routes set`)", pattern, err))
+				bad = true
+			}
+		}
+		if !bad && len(rules) > 0 {
+			table[pattern] = rules
+		}
+	}
+	return table, errs
+}
+
+// ValidatePattern checks a method pattern of service's table.
+func ValidatePattern(service, pattern string) error {
+	svc, method, ok := strings.Cut(pattern, "/")
+	switch {
+	case !ok || method == "":
+		return fmt.Errorf("route pattern %q: want %s/Method or %s/*", pattern, service, service)
+	case svc != service:
+		return fmt.Errorf("route pattern %q is not of service %s (want %s/Method or %s/*)", pattern, service, service, service)
+	case method != "*" && strings.ContainsAny(method, "*/{} "):
+		return fmt.Errorf("route pattern %q: a method is an exact name, or * for all of them", pattern)
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package wire
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Worker is the record a server keeps of each of its workers in a
+// service's workers hash (rpr:v1:{S}:workers, field: the worker id), as
+// JSON. Servers write it without BeatMs, which the heartbeat script
+// stamps with Redis's clock; the begin script reads BeatMs back to tell
+// whether a request's previous worker is gone.
+type Worker struct {
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Started int64  `json:"started_ms"`
+	BeatMs  int64  `json:"beat_ms,omitempty"`
+	// Lane is the lane the worker serves ("" in records of workers that
+	// predate lanes: the default lane).
+	Lane string `json:"lane,omitempty"`
+	// Shards lists the shards it reads, when the service has more than one.
+	Shards []int `json:"shards,omitempty"`
+}
+
+// Liveness: a server beats every BeatInterval; a worker whose last beat is
+// within LiveWindow of Redis's time is live (five missed beats, so a GC
+// pause or a slow Redis does not make a healthy server look dead); a
+// record silent for PruneAge is removed by the next beat into its hash.
+const (
+	BeatInterval = time.Second
+	LiveWindow   = 5 * time.Second
+	PruneAge     = time.Minute
+)
+
+// ParseWorker reads a worker record; false when it is not one.
+func ParseWorker(raw string) (Worker, bool) {
+	var w Worker
+	if json.Unmarshal([]byte(raw), &w) != nil {
+		return Worker{}, false
+	}
+	return w, true
+}
+
+// LiveAt reports whether the worker counts as live at Redis time nowMs.
+func (w Worker) LiveAt(nowMs int64) bool {
+	return nowMs-w.BeatMs <= LiveWindow.Milliseconds()
+}
+
+// LiveByLane counts the live workers of a workers hash at Redis time nowMs,
+// by lane ("" counts as defaultLane). Records that do not parse do not
+// count.
+func LiveByLane(hash map[string]string, nowMs int64, defaultLane string) map[string]int {
+	live := map[string]int{}
+	for _, raw := range hash {
+		w, ok := ParseWorker(raw)
+		if !ok || !w.LiveAt(nowMs) {
+			continue
+		}
+		lane := w.Lane
+		if lane == "" {
+			lane = defaultLane
+		}
+		live[lane]++
+	}
+	return live
+}
