@@ -19,14 +19,6 @@ import (
 // many clients acting on the same stale figure; nothing already queued is
 // ever trimmed to make room.
 
-// DefaultMaxBacklog is the default cap on a service's queue: requests
-// waiting in its stream (new and running) plus its retry set.
-const DefaultMaxBacklog = 100_000
-
-// DefaultBacklogWatermark is the share of the cap at which clients start
-// refusing calls.
-const DefaultBacklogWatermark = 0.85
-
 // backlogStale is how old a backlog figure may be and still be trusted;
 // an older one (Redis unreachable) admits calls, and the cap in
 // enqueueScript still holds.

@@ -131,7 +131,7 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err != nil {
 		return Receipt{}, err
 	}
-	// Circuit breaker around Redis (breaker.go): fail at once while it is
+	// Circuit breaker around Redis: fail at once while it is
 	// down. No server is involved yet, so the service's breaker is not.
 	pass, err := c.breakers.allowRedis(full, rid)
 	if err != nil {
@@ -146,7 +146,7 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err = svc.admit(full, rid, capacity, c.opts.BacklogWatermark); err != nil {
 		return Receipt{}, err
 	}
-	// Rate limits (limiter.go): one round trip when a rule applies, none otherwise.
+	// Rate limits: one round trip when a rule applies, none otherwise.
 	if err = c.limit(ctx, svc, full, rid, cfg.header); err != nil {
 		return Receipt{}, err
 	}

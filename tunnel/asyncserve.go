@@ -14,15 +14,6 @@ import (
 // and delayed requests back to the stream, and the janitor that trims
 // request streams.
 
-// DefaultIdempotencyWindow is how long a server remembers that an async
-// request's idempotency key succeeded, so that a second request or
-// delivery with that key is not run again.
-const DefaultIdempotencyWindow = 24 * time.Hour
-
-// defaultAsyncTimeout bounds an async attempt's handler when neither the
-// call nor the method sets a timeout.
-const defaultAsyncTimeout = 30 * time.Second
-
 // moveBatch is the most due requests one run of moveDueScript moves.
 const moveBatch = 256
 
@@ -43,7 +34,7 @@ func asyncTimeout(env *wire.Request, method *MethodDesc) time.Duration {
 	case method != nil && method.Timeout > 0:
 		return method.Timeout
 	}
-	return defaultAsyncTimeout
+	return DefaultAsyncTimeout
 }
 
 // asyncOutcome decides what becomes of an async request after an attempt:

@@ -22,10 +22,6 @@ import (
 	"github.com/rprtunnel/rpr/internal/wire"
 )
 
-// DefaultMaxMessageBytes is the default limit on request and response
-// payloads, as in gRPC.
-const DefaultMaxMessageBytes = 4 << 20
-
 // ClientOptions configure a Client. The zero value works.
 type ClientOptions struct {
 	// BizCode is the four-character business code placed in request ids
@@ -40,8 +36,9 @@ type ClientOptions struct {
 	// must agree.
 	Prefix string
 	// DefaultTimeout bounds calls whose context has no deadline and whose
-	// method sets no timeout (default 30s). Every call through Redis has a
-	// deadline, so a request never waits in a queue forever.
+	// method sets no timeout (default DefaultCallTimeout, 30s). Every call
+	// through Redis has a deadline, so a request never waits in a queue
+	// forever.
 	DefaultTimeout time.Duration
 	// MaxRequestBytes and MaxResponseBytes limit payload sizes (default
 	// DefaultMaxMessageBytes).
@@ -89,7 +86,7 @@ type ClientOptions struct {
 	Breaker BreakerOptions
 	// Shards sets, by service name, how many shards a service has when its
 	// proto sets no (rpr.v1.service).shards. The count recorded in Redis
-	// (by the servers, or `rpr shards set`) wins; see shards.go.
+	// (by the servers, or `rpr shards set`) wins.
 	Shards map[string]int
 }
 
@@ -117,7 +114,7 @@ type Client struct {
 	clock       redisClock
 	tracing     tracing
 	metrics     callMetrics
-	limiter     limiter   // rate limits (limiter.go)
+	limiter     limiter   // rate limits
 	breakers    *breakers // nil when disabled
 
 	// ctx ends when the client closes; it bounds every background goroutine.
@@ -125,7 +122,7 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	routeChanges *routeWatcher // routing-table announcements (routes.go)
+	routeChanges *routeWatcher // routing-table announcements
 
 	mu            sync.Mutex
 	closed        bool
@@ -153,7 +150,7 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 		opts.Prefix = DefaultPrefix
 	}
 	if opts.DefaultTimeout <= 0 {
-		opts.DefaultTimeout = 30 * time.Second
+		opts.DefaultTimeout = DefaultCallTimeout
 	}
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxMessageBytes
@@ -341,7 +338,7 @@ type outgoingCall struct {
 // attempt sends the call once and waits for its outcome.
 func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, reply proto.Message) (err error) {
 	full, rid := call.full, call.id
-	// Circuit breakers (breaker.go): fail at once while Redis or the
+	// Circuit breakers: fail at once while Redis or the
 	// service is down; report this attempt's outcome when it ends.
 	pass, err := c.breakers.allow(call.method.Service.Name, full, rid)
 	if err != nil {
@@ -371,7 +368,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		return noLiveServer(c.noLiveServerError(svc, full, rid, call.lane))
 	}
 
-	// Rate limits (limiter.go): one round trip when a rule applies, none otherwise.
+	// Rate limits: one round trip when a rule applies, none otherwise.
 	if err := c.limit(ctx, svc, full, rid, call.cfg.header); err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ func (c *Client) startService(s *clientService) {
 	go c.watch(s)
 }
 
-// setUp records a sharded service's shard count (see shards.go) and reads
+// setUp records a sharded service's shard count and reads
 // the service's state.
 func (c *Client) setUp(ctx context.Context, s *clientService) error {
 	if s.configuredShards > 1 {
@@ -224,7 +224,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	workers := pipe.HGetAll(ctx, c.keys.Workers(s.name))
 	routes := pipe.HGetAll(ctx, c.keys.Routes(s.name))
 	count := pipe.Get(ctx, c.keys.ShardCount(s.name))
-	limits := pipe.HGetAll(ctx, c.keys.Limits(s.name)) // rate limits (limiter.go)
+	limits := pipe.HGetAll(ctx, c.keys.Limits(s.name)) // rate limits
 	lanes := append([]string{DefaultLane}, s.routes.lanes()...)
 	var queued []*redis.IntCmd
 	for shard := range int(s.shards.count.Load()) {

@@ -48,7 +48,7 @@ type received struct {
 	// the idempotency key for an async request; "" on the fast path.
 	state string
 	// fast marks a unary request on the fast path: no state hash while
-	// it runs (see scripts.go).
+	// it runs (store.Answer).
 	fast bool
 	// takenFrom names the worker an entry was reclaimed from ("unknown"
 	// when Redis did not say); "" for an entry read afresh.
@@ -212,7 +212,7 @@ func (r *serveRun) releaseSlots(n int) {
 // or reclaimed from other workers (previous maps each entry to the worker
 // that held it, "" when not known); each holds a handler slot. Entries that cannot be decoded are dealt with one by one. Unary
 // requests delivered for the first time and within their deadline take the
-// fast path (see scripts.go): their delivery is their claim, so they run
+// fast path (store.Answer): their delivery is their claim, so they run
 // at once, with no round trip. The rest go through beginScript together,
 // which decides in one round trip which of them this worker may run.
 //

@@ -8,11 +8,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// DefaultMaxInFlight is how many calls (unary and async enqueues) one
-// Client has in flight at most, unless ClientOptions.MaxInFlight says
-// otherwise.
-const DefaultMaxInFlight = 4096
-
 // inFlightSlots bounds a Client's calls in flight. A call that finds every
 // slot taken waits for one, as long as its context allows; the wait is
 // measured (rpr.client.slot_wait), so a client that needs more slots, or a

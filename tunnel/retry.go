@@ -86,7 +86,7 @@ func (p RetryPolicy) allows(err error, method *MethodDesc, attempt int) bool {
 	}
 	// An attempt that may have run is tried again only for an idempotent
 	// method: unary requests keep no state that would recognise the retry
-	// (see scripts.go), so the retry of a non-idempotent call could run it
+	// (store.NewArbiter), so the retry of a non-idempotent call could run it
 	// twice.
 	return e.notExecuted || method.Idempotent
 }

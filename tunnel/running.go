@@ -13,7 +13,7 @@ import (
 type runningRequest struct {
 	queue   *queue
 	entryID string
-	fast    bool // on the fast path: no state hash (see scripts.go)
+	fast    bool // on the fast path: no state hash
 	// state is the request's state hash (named by the idempotency key for
 	// an async request, so not always derivable from the request id); ""
 	// on the fast path.

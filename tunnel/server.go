@@ -23,10 +23,11 @@ import (
 // ServerOptions configure a Server. The zero value works.
 type ServerOptions struct {
 	// Concurrency bounds the handlers running at once across all services
-	// (default 64). The server reads no more requests than it has free
+	// (default DefaultConcurrency, 64). The server reads no more requests than it has free
 	// slots, so what it cannot run yet stays in Redis for other workers.
 	Concurrency int
-	// BatchSize is the most requests taken in one read (default 64).
+	// BatchSize is the most requests taken in one read (default
+	// DefaultBatchSize, 64).
 	BatchSize int
 	// WorkerID names this worker in the consumer group, heartbeats and logs
 	// (default host-pid-random). Two live workers must not share an id.
@@ -43,7 +44,7 @@ type ServerOptions struct {
 	// Logger receives the server's log lines (default slog.Default()).
 	Logger *slog.Logger
 	// Lease is how long a worker's claim on a running request holds
-	// without renewal (default 5s). A worker renews the leases of its
+	// without renewal (default DefaultLease, 5s). A worker renews the leases of its
 	// running handlers every Lease/3, so a live handler is never taken over
 	// however long it runs. When a worker dies, others take its requests
 	// over once its leases have expired and it has missed heartbeats for as
@@ -76,7 +77,8 @@ type ServerOptions struct {
 	// arrive).
 	IdempotencyWindow time.Duration
 	// RetryPollInterval is how often the server moves due async retries
-	// and delayed requests to the queue (default 250ms): a delayed request
+	// and delayed requests to the queue (default DefaultRetryPollInterval,
+	// 250ms): a delayed request
 	// runs no earlier than asked and usually within this of it.
 	RetryPollInterval time.Duration
 	// Lane is the lane this server serves (default DefaultLane): it reads
@@ -85,8 +87,8 @@ type ServerOptions struct {
 	// taking a slice of the traffic. See ValidateLane for the names.
 	Lane string
 	// Shards sets, by service name, how many shards a service has when its
-	// proto sets no (rpr.v1.service).shards; see shards.go for how the
-	// count in force is agreed.
+	// proto sets no (rpr.v1.service).shards. The count recorded in Redis
+	// wins when it is higher: servers read every shard of it.
 	Shards map[string]int
 	// OnlyShards, when set, makes the server read only these shards of
 	// each sharded service (e.g. []int{0, 1}), so that shards can be
@@ -167,10 +169,10 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 		return nil, errors.New("rpr: NewServer: redis client is nil (use tunnel.Open)")
 	}
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 64
+		opts.Concurrency = DefaultConcurrency
 	}
 	if opts.BatchSize <= 0 {
-		opts.BatchSize = 64
+		opts.BatchSize = DefaultBatchSize
 	}
 	if opts.WorkerID == "" {
 		opts.WorkerID = instanceID()
@@ -190,13 +192,13 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.Lease <= 0 {
-		opts.Lease = 5 * time.Second
+		opts.Lease = DefaultLease
 	}
 	if opts.IdempotencyWindow <= 0 {
 		opts.IdempotencyWindow = DefaultIdempotencyWindow
 	}
 	if opts.RetryPollInterval <= 0 {
-		opts.RetryPollInterval = 250 * time.Millisecond
+		opts.RetryPollInterval = DefaultRetryPollInterval
 	}
 	opts.Lane = laneOrDefault(opts.Lane)
 	if err := ValidateLane(opts.Lane); err != nil {

@@ -1,0 +1,138 @@
+// Package wire is rpr's protocol: what a client and a server write to
+// Redis and read back, complete enough to write a peer in another
+// language from it. Package store holds the other half, the key names and
+// the Lua scripts (each documented beside its builder); together they are
+// the contract, versioned by Version. This comment is the specification.
+//
+// # Services, shards, lanes
+//
+// A service is named by its fully qualified proto name ("pkg.v1.Greeter"),
+// a method by "service/method". All keys of a service live under the
+// prefix (default "rpr:v1:") and a Redis Cluster hash tag: {S} for the
+// service-wide keys and shard 0, {S#k} for shard k of a service spread
+// over N shards (1 <= N <= MaxShards). The shard count in force is the
+// decimal string at {S}:shards (absent: 1); peers raise it, never lower
+// it, as they start (operators lower it). A unary call goes to a shard
+// chosen at random, an async request to ShardOfKey(its idempotency key).
+// Within a shard, a lane is a separate queue ("default" has no suffix;
+// lane L uses ":req:L" and ":retry:L"); ValidateLane gives the names.
+//
+// # Keys (with T = prefix + "{" + tag + "}")
+//
+//	T:req[:lane]       stream   requests; consumer group "workers"
+//	T:retry[:lane]     zset     async requests due later; score = Redis ms
+//	T:resp:<client>    stream   one caller instance's answers; group "client"
+//	T:st:<id>          hash     request state (see below); TTL
+//	T:dlq              stream   dead letters of the shard, all lanes
+//	T:workers          hash     worker id -> Worker record (JSON)
+//	{S}:routes         hash     method pattern -> JSON list of RouteRule
+//	{S}:routes:changed channel  a publish tells callers to reload routes
+//	{S}:limits         hash     rule name -> JSON LimitRule
+//	{S}:rl:<rule>:<caller>      rate-limit state (zset or string)
+//	{S}:cancel         channel  payload: the id of a call its caller cancelled
+//	{S}:schema         string   the service's FileDescriptorSet (protobuf)
+//	{S}:shards         string   the shard count in force
+//
+// # Envelopes
+//
+// Every stream entry rpr writes has one field, Field ("e"), holding an
+// envelope: a msgpack map with short string keys. Request is what a caller
+// writes to a request stream, Response what a server writes to a caller's
+// response stream; their struct tags give the keys, and omitempty marks
+// the keys left out when zero. Integers are written in the smallest msgpack
+// form; strings as str; payloads and details as bin; Metadata as a map of
+// arrays of str (keys lower-case). A reader must refuse an envelope that
+// is not a map, has an unknown key or a value of the wrong type, trailing
+// bytes, a length longer than what is left, a missing "v" or a "v" it does
+// not speak (VersionError); a server dead-letters such an entry and, when
+// it can read an id and a reply-to of the service, answers the caller
+// INVALID_ARGUMENT (FAILED_PRECONDITION for a version it does not speak).
+//
+// Request ids are "YYYYMMDD-BIZ4-<unix ms, 13 digits>-<10 random chars of
+// Crockford base32>": the UTC date, a four-character business code
+// (A-Z, 0-9), the time the call was made and 50 random bits.
+//
+// Times in envelopes and state hashes are milliseconds on Redis's clock
+// (TIME), never a host's: each peer measures its offset to Redis and
+// converts.
+//
+// # A unary call
+//
+// The caller (1) makes its response stream once per shard: XGROUP CREATE
+// T:resp:<client> client $ MKSTREAM, PEXPIRE 60s, renewed every second
+// while it lives; (2) writes the Request (Kind KindUnary, Deadline set,
+// ReplyTo its response stream, Attempt from 1) with XADD T:req[:lane] * e
+// <envelope>, remembering the entry id; (3) reads its stream with
+// XREADGROUP GROUP client <client> COUNT n BLOCK t NOACK STREAMS <stream> >
+// and matches answers to calls by Response.ID; answers already read are
+// trimmed with XTRIM MINID. Before sending it checks that the lane has a
+// live worker (Worker.LiveAt) and, against a backlog figure refreshed each
+// second, that the queue is below its cap.
+//
+// A server reads T:req[:lane] with XREADGROUP GROUP workers <worker>. A
+// unary request delivered for the first time and within its deadline runs
+// at once: its delivery is its claim, and no state hash is written (the
+// fast path). Its answer is written with the answer script, which adds the
+// Response to ReplyTo with NOMKSTREAM (nothing is created for a caller
+// that is gone) and XACKs and XDELs the request entry. Any other entry
+// (reclaimed, async, past its deadline) goes through the begin script,
+// which decides with the state hash whether it runs; its outcome is
+// written by the complete script, fenced by the state's worker.
+//
+// A caller whose deadline passes or whose context is cancelled runs the
+// arbiter script: a request not yet delivered is deleted and marked
+// TIMEOUT or CANCELLED (provably never run), a delivered one is marked
+// (a worker that has not begun it skips it) and a cancel is published on
+// {S}:cancel, a finished one is left alone. The caller reports the call
+// "not executed" only when the mark won.
+//
+// # The state hash (T:st:<id>)
+//
+// For a unary call <id> is the request id, for an async request its
+// idempotency key (the request id unless the caller chose one). Field
+// StateField holds one of StateProcessing, StateSuccess, StateFailed,
+// StateTimeout, StateCancelled, StateDead; the other fields are listed
+// at StateWorker. Whoever moves the state out of absent first wins.
+// PROCESSING carries the worker and a lease (Redis ms) the worker renews
+// every third of it; a request whose lease lapsed and whose worker has not
+// beaten for the silence is taken over by another worker (XAUTOCLAIM
+// after a lease of idleness): run again only when the method is
+// idempotent, else answered ABORTED "outcome unknown". A finished request
+// keeps its Response in StateResponse until the state expires, so a
+// duplicate delivery is answered from it instead of run again.
+//
+// # Async requests
+//
+// An async Request has Kind KindAsync, no ReplyTo and no Deadline; Timeout
+// bounds each attempt and Retry may carry the caller's retry policy. It is
+// queued by the enqueue script, which refuses it when the queue (stream
+// plus retry set) is at its cap, or put in T:retry[:lane] when it is due
+// later. A failed attempt is put back in the retry set with Attempt + 1
+// after its backoff; the move-due script brings due entries to the stream.
+// After the last attempt, or on a permanent error, the original envelope
+// goes to T:dlq with the DeadLetter fields (DL*) and the state becomes
+// DEAD. A success leaves the state SUCCESS for the idempotency window, so
+// another request with the key is not run again.
+//
+// # Workers, routes, limits, schema
+//
+// Every server beats every BeatInterval into {S}:workers (and T:workers of
+// each shard it reads) with a Worker record stamped with Redis's time; a
+// worker is live for LiveWindow after its beat. Callers route a call by
+// the RouteTable in {S}:routes and count it against every LimitRule in
+// {S}:limits that applies to it (one script run on Redis's clock). Servers
+// publish their service's schema, a FileDescriptorSet of the file that
+// defines it and everything it imports, at {S}:schema, for tools.
+//
+// # Status codes
+//
+// Response.Code is gRPC's number for the status (CodeName gives the
+// names); 0 is OK, and only then is Payload the reply. Details are
+// marshalled google.protobuf.Any messages.
+//
+// # Versions
+//
+// This is wire Version 1. A change to what an envelope, a key or a script
+// means gets a new Version; peers refuse envelopes of versions they do not
+// speak, with an error that names both, rather than guess.
+package wire
