@@ -7,12 +7,18 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// SupportPackageIsVersion2 is referenced by code generated with
-// protoc-gen-rpr for version 2 of the contract between generated code and
-// this package (ClientConn, ServiceInfo, ServiceDesc.File). Generated code
-// written for another version names a constant this package does not
-// have, so a mismatch fails at compile time, on a line whose comment says
-// to regenerate, instead of misbehaving at run time.
+// SupportPackageIsVersion3 is referenced by code generated with
+// protoc-gen-rpr for version 3 of the contract between generated code and
+// this package, which adds streaming methods (ClientConn.NewStream,
+// MethodDesc.StreamHandler, the typed stream interfaces). Generated code
+// written for a version this package does not support names a constant it
+// does not have, so a mismatch fails at compile time, on a line whose
+// comment says to regenerate, instead of misbehaving at run time.
+const SupportPackageIsVersion3 = true
+
+// SupportPackageIsVersion2 is referenced by code generated for version 2
+// of the contract (ClientConn, ServiceInfo, ServiceDesc.File), which this
+// package still supports: version 3 only added to it.
 const SupportPackageIsVersion2 = true
 
 // ClientConn is what generated clients send their calls through. *Client
@@ -25,6 +31,8 @@ type ClientConn interface {
 	// Enqueue sends one async request and returns its receipt once the
 	// request is durably queued (see Client.Enqueue).
 	Enqueue(ctx context.Context, method *MethodDesc, req proto.Message, opts ...CallOption) (Receipt, error)
+	// NewStream starts a streaming call (see Client.NewStream).
+	NewStream(ctx context.Context, method *MethodDesc, opts ...CallOption) (ClientStream, error)
 }
 
 var _ ClientConn = (*Client)(nil)
@@ -81,9 +89,19 @@ type MethodDesc struct {
 	// requests are retried by the servers under Retry (see
 	// DefaultAsyncRetryPolicy) and then dead-lettered.
 	Async bool
-	// Handler runs the method on the server.
+	// ClientStreams and ServerStreams mark a streaming method: the caller
+	// sends a stream of requests, the server a stream of replies, or both
+	// (bidirectional). Callers use Client.NewStream.
+	ClientStreams bool
+	ServerStreams bool
+	// Handler runs a unary or async method on the server.
 	Handler MethodHandler
+	// StreamHandler runs a streaming method on the server.
+	StreamHandler StreamHandler
 }
+
+// IsStreaming reports whether either side of the method streams.
+func (m *MethodDesc) IsStreaming() bool { return m.ClientStreams || m.ServerStreams }
 
 // FullMethod returns "service/method", the name used in envelopes, logs,
 // errors and the CLI, e.g. "greeter.v1.Greeter/SayHello".
