@@ -111,3 +111,34 @@ func (b *batcher) flush(batch []*pipelineOp) {
 		op.command.finished(cmds[i])
 	}
 }
+
+// xaddOp is one XADD of a single field, waiting in a batcher; done
+// receives the entry's id, or the error.
+type xaddOp struct {
+	pipelineOp
+	args   redis.XAddArgs
+	values [2]any
+	done   func(entryID string, err error)
+}
+
+// newXAddOp returns the op that adds field=value to stream.
+func newXAddOp(stream, field string, value []byte, done func(entryID string, err error)) *xaddOp {
+	op := &xaddOp{done: done}
+	op.values = [2]any{field, value}
+	op.args = redis.XAddArgs{Stream: stream, Values: op.values[:]}
+	op.command = op
+	return op
+}
+
+func (op *xaddOp) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
+	return c.XAdd(ctx, &op.args)
+}
+
+func (op *xaddOp) finished(cmd redis.Cmder) {
+	xadd, _ := cmd.(*redis.StringCmd)
+	if err := cmd.Err(); err != nil || xadd == nil {
+		op.done("", err)
+		return
+	}
+	op.done(xadd.Val(), nil)
+}

@@ -44,8 +44,16 @@ type ClientOptions struct {
 	// DefaultMaxMessageBytes).
 	MaxRequestBytes  int
 	MaxResponseBytes int
-	// Interceptors wrap every call; the first is the outermost.
+	// Interceptors wrap every unary call; the first is the outermost.
 	Interceptors []UnaryClientInterceptor
+	// StreamInterceptors wrap the opening of every streaming call; the
+	// first is the outermost.
+	StreamInterceptors []StreamClientInterceptor
+	// StreamWindow is the flow-control window this client grants the
+	// servers of its streaming calls (default DefaultStreamWindow: 64
+	// messages, 1 MiB): a server's Send blocks once that much of its
+	// stream is sent and not yet received.
+	StreamWindow StreamWindow
 	// Logger receives the client's log lines (default slog.Default()).
 	Logger *slog.Logger
 	// TracerProvider makes the client's spans (default: the global one,
@@ -108,14 +116,16 @@ type Client struct {
 	keys        store.Keyspace
 	log         *slog.Logger
 	interceptor UnaryClientInterceptor
-	writer      *batcher
-	enqueuer    *enqueuer
-	slots       *inFlightSlots
-	clock       redisClock
-	tracing     tracing
-	metrics     callMetrics
-	limiter     limiter   // rate limits
-	breakers    *breakers // nil when disabled
+	// streamInterceptor wraps NewStream; nil without StreamInterceptors.
+	streamInterceptor StreamClientInterceptor
+	writer            *batcher
+	enqueuer          *enqueuer
+	slots             *inFlightSlots
+	clock             redisClock
+	tracing           tracing
+	metrics           callMetrics
+	limiter           limiter   // rate limits
+	breakers          *breakers // nil when disabled
 
 	// ctx ends when the client closes; it bounds every background goroutine.
 	ctx    context.Context
@@ -167,6 +177,7 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
+	opts.StreamWindow = opts.StreamWindow.orDefault()
 	switch {
 	case opts.BacklogWatermark == 0:
 		opts.BacklogWatermark = DefaultBacklogWatermark
@@ -188,14 +199,15 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		metrics:     metrics,
-		limiter:     newLimiter(opts.MeterProvider, opts.LimitKey),
-		breakers:    breakers,
-		rdb:         rdb,
-		opts:        opts,
-		keys:        store.NewKeyspace(opts.Prefix),
-		log:         opts.Logger.With("rpr_client", opts.ID),
-		interceptor: chainClientInterceptors(opts.Interceptors),
+		metrics:           metrics,
+		limiter:           newLimiter(opts.MeterProvider, opts.LimitKey),
+		breakers:          breakers,
+		rdb:               rdb,
+		opts:              opts,
+		keys:              store.NewKeyspace(opts.Prefix),
+		log:               opts.Logger.With("rpr_client", opts.ID),
+		interceptor:       chainClientInterceptors(opts.Interceptors),
+		streamInterceptor: chainStreamClientInterceptors(opts.StreamInterceptors),
 		// One send in flight at a time: calls that arrive meanwhile leave
 		// together in the next pipeline. At 16 concurrent calls this halved
 		// the round trips per call against four flushes in flight, and

@@ -42,6 +42,7 @@ type clientService struct {
 
 	mu      sync.Mutex
 	waiting map[string]chan callResult
+	streams map[string]*clientStream // open streaming calls, by request id
 }
 
 // responseStream is a client's response stream in one shard of a service,
@@ -251,6 +252,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	c.clock.observe(redisNow, sentAt, time.Now())
 	live := wire.LiveByLane(workers.Val(), redisNow.UnixMilli(), DefaultLane)
 	s.liveByLane.Store(&live)
+	s.checkStreamWorkers(workers.Val(), redisNow.UnixMilli())
 	var size int64
 	for _, cmd := range queued {
 		size += cmd.Val() // a missing key (or a failed read) counts as empty
@@ -319,10 +321,27 @@ func (c *Client) watch(s *clientService) {
 }
 
 // readResponses is the one reader of one of s's response streams: it
-// blocks on the stream and hands each response to its waiting call.
+// blocks on the stream and hands each response to its waiting call, and
+// each frame to its stream. It reads through the client's consumer group
+// without acknowledgements (deleting the stream wakes the read, which is
+// how Close stops it), and after a failed read it reads again, by id,
+// everything after the last entry it handled: entries a read lost with
+// its connection are not skipped, and none is handled twice.
 func (c *Client) readResponses(s *clientService, rs *responseStream) {
 	defer c.wg.Done()
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
+	var last streamID // the last entry handled
+	handle := func(msgs []redis.XMessage) {
+		for _, msg := range msgs {
+			id, ok := parseStreamID(msg.ID)
+			if ok && !last.less(id) {
+				continue // handled already (read again after a failed read)
+			}
+			c.deliver(s, rs, msg)
+			last = id
+		}
+		rs.lastRead.Store(last.String()) // trimmed up to here by the next refresh
+	}
 	for c.ctx.Err() == nil {
 		streams, err := c.rdb.XReadGroup(c.ctx, &redis.XReadGroupArgs{
 			Group:    store.ResponseGroup,
@@ -349,23 +368,38 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 				cancel()
 			}
 			backoff.wait(c.ctx)
+			c.catchUp(rs, last, handle)
 			continue
 		}
-		var last string
 		for _, stream := range streams {
-			for _, msg := range stream.Messages {
-				c.deliver(s, rs, msg)
-				last = msg.ID
-			}
-		}
-		if last != "" {
-			rs.lastRead.Store(last) // trimmed up to here by the next refresh
+			handle(stream.Messages)
 		}
 	}
 }
 
-// deliver decodes one response and hands it to the call waiting for it.
+// catchUp hands to handle every entry of rs after last: those a failed
+// read may have taken with it.
+func (c *Client) catchUp(rs *responseStream, last streamID, handle func([]redis.XMessage)) {
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	from := "(" + last.String()
+	for {
+		msgs, err := c.rdb.XRangeN(ctx, rs.key, from, "+", 256).Result()
+		if err != nil || len(msgs) == 0 {
+			return
+		}
+		handle(msgs)
+		from = "(" + msgs[len(msgs)-1].ID
+	}
+}
+
+// deliver decodes one response and hands it to the call waiting for it,
+// or one frame to its stream.
 func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessage) {
+	if raw, ok := msg.Values[wire.StreamField].(string); ok {
+		c.deliverFrame(s, rs, msg.ID, raw)
+		return
+	}
 	raw, _ := msg.Values[wire.Field].(string)
 	resp, err := wire.DecodeResponseString(raw)
 	if err != nil {
@@ -376,8 +410,78 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessag
 		}
 		return
 	}
-	if !s.complete(resp.ID, callResult{resp: resp}) {
-		c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
+	if s.complete(resp.ID, callResult{resp: resp}) {
+		return
+	}
+	if cs := s.stream(resp.ID); cs != nil {
+		cs.onEnd(resp)
+		return
+	}
+	c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
+}
+
+// deliverFrame decodes one stream frame and hands it to its stream.
+func (c *Client) deliverFrame(s *clientService, rs *responseStream, entryID, raw string) {
+	f, err := wire.DecodeFrameString(raw)
+	if err != nil {
+		id, _ := wire.PeekReplyAddress([]byte(raw))
+		c.log.Error("rpr: undecodable stream frame", "stream", rs.key, "entry", entryID, "request_id", id, "error", err)
+		if cs := s.stream(id); cs != nil {
+			cs.fail(Errorf(Internal, "%s [%s]: the stream broke after this caller received %d messages: undecodable frame from the server: %v; the request may have had effects",
+				cs.full(), id, cs.recv.received(), err), true)
+		}
+		return
+	}
+	if cs := s.stream(f.ID); cs != nil {
+		cs.onFrame(f)
+		return
+	}
+	c.log.Debug("rpr: frame for a stream no longer open", "request_id", f.ID, "type", f.Type)
+}
+
+// addStream registers an open stream, for its frames.
+func (s *clientService) addStream(id string, cs *clientStream) {
+	s.mu.Lock()
+	if s.streams == nil {
+		s.streams = map[string]*clientStream{}
+	}
+	s.streams[id] = cs
+	s.mu.Unlock()
+}
+
+// removeStream unregisters an ended stream.
+func (s *clientService) removeStream(id string) {
+	s.mu.Lock()
+	delete(s.streams, id)
+	s.mu.Unlock()
+}
+
+// stream returns open stream id, nil when there is none.
+func (s *clientService) stream(id string) *clientStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[id]
+}
+
+// checkStreamWorkers ends the accepted streams whose worker is no longer
+// live in the workers hash just read at Redis time nowMs.
+func (s *clientService) checkStreamWorkers(hash map[string]string, nowMs int64) {
+	s.mu.Lock()
+	var gone []*clientStream
+	for _, cs := range s.streams {
+		cs.mu.Lock()
+		worker, accepted := cs.worker, cs.accepted
+		cs.mu.Unlock()
+		if !accepted {
+			continue
+		}
+		if w, ok := wire.ParseWorker(hash[worker]); !ok || !w.LiveAt(nowMs) {
+			gone = append(gone, cs)
+		}
+	}
+	s.mu.Unlock()
+	for _, cs := range gone {
+		cs.workerGone()
 	}
 }
 
@@ -409,13 +513,16 @@ func (s *clientService) complete(id string, res callResult) bool {
 	return ok
 }
 
-// failAll ends every waiting call with err.
+// failAll ends every waiting call and open stream with err.
 func (s *clientService) failAll(err error) {
 	s.mu.Lock()
-	waiting := s.waiting
-	s.waiting = map[string]chan callResult{}
+	waiting, streams := s.waiting, s.streams
+	s.waiting, s.streams = map[string]chan callResult{}, nil
 	s.mu.Unlock()
 	for _, ch := range waiting {
 		ch <- callResult{err: err}
+	}
+	for _, cs := range streams {
+		cs.fail(err, true)
 	}
 }

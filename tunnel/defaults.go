@@ -60,6 +60,9 @@ const (
 	// retries and delayed requests to their queue
 	// (ServerOptions.RetryPollInterval).
 	DefaultRetryPollInterval = 250 * time.Millisecond
+	// DefaultMaxStreams is how many streaming calls a Server runs at once
+	// (ServerOptions.MaxStreams).
+	DefaultMaxStreams = 10_000
 	// DefaultAsyncTimeout bounds each attempt of an async request whose
 	// call (WithTimeout) and method ((rpr.v1.method).timeout) set no
 	// timeout.

@@ -31,9 +31,14 @@ type serveRun struct {
 	pool        *handlerPool // the goroutines handlers run on
 	completions *batcher     // dead letters and answers to undecodable requests
 	completer   *completer
+	frames      *batcher // streams' frames, one flush at a time
 	running     runningSet
-	metrics     callMetrics
-	observeRead func(size int, full bool) // sizes of read batches
+	streams     openStreams
+	// streamHandlers counts the stream handlers running; Serve waits for
+	// them.
+	streamHandlers sync.WaitGroup
+	metrics        callMetrics
+	observeRead    func(size int, full bool) // sizes of read batches
 }
 
 // received is a decoded request entry a worker holds.
@@ -348,10 +353,12 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]st
 	call := store.NewBegin(q.keys, q.requests, s.opts.WorkerID, s.opts.Lease, stateMargin, s.deadAfter(), len(batch))
 	for _, req := range batch {
 		entry := store.BeginEntry{
-			State:      req.state,
-			EntryID:    req.entryID,
-			Deadline:   req.deadline,
-			Idempotent: req.method != nil && req.method.Idempotent,
+			State:    req.state,
+			EntryID:  req.entryID,
+			Deadline: req.deadline,
+			// A stream is never run twice: a broken one is its caller's
+			// to open again.
+			Idempotent: req.method != nil && req.method.Idempotent && req.env.Kind != wire.KindStream,
 			Attempt:    req.env.Attempt,
 			TakenFrom:  req.takenFrom,
 		}
@@ -371,6 +378,10 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]st
 // lease extended, until its completion is written.
 func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	s := r.server
+	if req.env.Kind == wire.KindStream && d.Verdict == store.VerdictRun && req.method != nil && req.method.IsStreaming() {
+		r.startStream(q, req)
+		return
+	}
 	log := s.requestLog(req.env)
 	deadline := s.clock.toLocal(req.deadline)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -424,6 +435,10 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	if req.method == nil {
 		log.Warn("rpr: unknown method")
 		return fail(Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, q.name))
+	}
+	if req.method.IsStreaming() != (env.Kind == wire.KindStream) {
+		log.Warn("rpr: call kind does not match the method", "streaming_method", req.method.IsStreaming())
+		return fail(Errorf(FailedPrecondition, "[%s] %s: the server has this method as streaming=%t but the client sent it as streaming=%t: build both sides from the same .proto", env.ID, env.Method, req.method.IsStreaming(), env.Kind == wire.KindStream))
 	}
 	if req.method.Async != (env.Kind == wire.KindAsync) {
 		log.Warn("rpr: call kind does not match the method", "async_method", req.method.Async)

@@ -75,3 +75,47 @@ func chainedHandler(interceptors []UnaryServerInterceptor, next int, info *Unary
 		return interceptors[next](ctx, req, info, chainedHandler(interceptors, next+1, info, final))
 	}
 }
+
+// chainStreamClientInterceptors folds stream interceptors into one; the
+// first is the outermost. It returns nil when there are none.
+func chainStreamClientInterceptors(interceptors []StreamClientInterceptor) StreamClientInterceptor {
+	if len(interceptors) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, method *MethodDesc, streamer Streamer, opts ...CallOption) (ClientStream, error) {
+		return chainedStreamer(interceptors, 0, streamer)(ctx, method, opts...)
+	}
+}
+
+// chainedStreamer returns the streamer that runs interceptors[next:] and
+// then final.
+func chainedStreamer(interceptors []StreamClientInterceptor, next int, final Streamer) Streamer {
+	if next == len(interceptors) {
+		return final
+	}
+	return func(ctx context.Context, method *MethodDesc, opts ...CallOption) (ClientStream, error) {
+		return interceptors[next](ctx, method, chainedStreamer(interceptors, next+1, final), opts...)
+	}
+}
+
+// chainStreamServerInterceptors folds stream interceptors into one; the
+// first is the outermost. It returns nil when there are none.
+func chainStreamServerInterceptors(interceptors []StreamServerInterceptor) StreamServerInterceptor {
+	if len(interceptors) == 0 {
+		return nil
+	}
+	return func(srv any, stream ServerStream, info *StreamServerInfo, handler StreamHandler) error {
+		return chainedStreamHandler(interceptors, 0, info, handler)(srv, stream)
+	}
+}
+
+// chainedStreamHandler returns the handler that runs interceptors[next:]
+// and then final.
+func chainedStreamHandler(interceptors []StreamServerInterceptor, next int, info *StreamServerInfo, final StreamHandler) StreamHandler {
+	if next == len(interceptors) {
+		return final
+	}
+	return func(srv any, stream ServerStream) error {
+		return interceptors[next](srv, stream, info, chainedStreamHandler(interceptors, next+1, info, final))
+	}
+}

@@ -33,6 +33,7 @@ type callMetrics struct {
 	queueWait metric.Float64Histogram // server only
 	slotWait  metric.Float64Histogram // client only
 	batchSize metric.Int64Histogram
+	messages  metric.Int64Counter // stream messages sent and received
 	attrs     *attributeSets
 }
 
@@ -119,7 +120,11 @@ func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.inFlight, err2 = meter.Int64UpDownCounter(metricClientInFlight,
 		metric.WithDescription("Calls started and not yet finished."), metric.WithUnit("{call}"))
-	return m, errors.Join(err1, err2, err3, err4)
+	var err5 error
+	m.messages, err5 = meter.Int64Counter("rpr.client.stream.messages",
+		metric.WithDescription("Messages of streaming calls the client sent and received, by method and direction (sent, received)."),
+		metric.WithUnit("{message}"))
+	return m, errors.Join(err1, err2, err3, err4, err5)
 }
 
 // newServerMetrics makes a Server's instruments from mp.
@@ -138,7 +143,21 @@ func newServerMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	m.queueWait, err3 = meter.Float64Histogram(metricQueueWait,
 		metric.WithDescription("Time a request waited in Redis between the client sending it and a worker taking it."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...))
-	return m, errors.Join(err1, err2, err3, err4)
+	var err5 error
+	m.messages, err5 = meter.Int64Counter("rpr.server.stream.messages",
+		metric.WithDescription("Messages of streaming calls the server sent and received, by method and direction (sent, received)."),
+		metric.WithUnit("{message}"))
+	return m, errors.Join(err1, err2, err3, err4, err5)
+}
+
+// streamMessage counts one message of a streaming call of method,
+// direction "sent" or "received".
+func (m callMetrics) streamMessage(ctx context.Context, method, direction string) {
+	if m.messages == nil || !m.messages.Enabled(ctx) {
+		return
+	}
+	attrs := append(rpcAttributes(method), attribute.String("rpr.direction", direction))
+	m.messages.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attrs...)))
 }
 
 // batchBuckets are powers of two up to the largest batch rpr makes.

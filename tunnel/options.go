@@ -9,22 +9,21 @@ import (
 )
 
 // MethodDescFor returns the MethodDesc of md for Client.Invoke (or, for an
-// async method, Client.Enqueue), with what generated code would put there:
-// Idempotent from idempotency_level, Timeout from (rpr.v1.method).timeout
-// else (rpr.v1.service).timeout, Retry from (rpr.v1.method).retry, Async
-// from (rpr.v1.method).async, and a ServiceInfo from (rpr.v1.service).
+// async method, Client.Enqueue, and for a streaming method,
+// Client.NewStream), with what generated code would put there: Idempotent
+// from idempotency_level, Timeout from (rpr.v1.method).timeout else
+// (rpr.v1.service).timeout, Retry from (rpr.v1.method).retry, Async from
+// (rpr.v1.method).async, ClientStreams and ServerStreams from the stream
+// keywords, and a ServiceInfo from (rpr.v1.service). Handler and
+// StreamHandler stay nil: the descriptor is for calling, not serving.
 // With a descriptor from a published schema and dynamicpb messages, it
-// calls a service whose Go types the program does not have. Streaming
-// methods, and async methods whose output is not google.protobuf.Empty,
-// are refused, as protoc-gen-rpr refuses them.
+// calls a service whose Go types the program does not have. Async methods
+// that stream or whose output is not google.protobuf.Empty are refused, as
+// protoc-gen-rpr refuses them.
 func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 	sd, ok := md.Parent().(protoreflect.ServiceDescriptor)
 	if !ok {
 		return nil, fmt.Errorf("rpr: method %s has no service", md.FullName())
-	}
-	full := protoopts.FullMethodName(md)
-	if md.IsStreamingClient() || md.IsStreamingServer() {
-		return nil, fmt.Errorf("rpr: %s is a streaming method; rpr carries unary methods only", full)
 	}
 	svcOpts, err := protoopts.ReadService(sd)
 	if err != nil {
@@ -45,6 +44,9 @@ func MethodDescFor(md protoreflect.MethodDescriptor) (*MethodDesc, error) {
 		Timeout:    opts.Timeout,
 		Idempotent: opts.Idempotent,
 		Async:      opts.Async,
+
+		ClientStreams: md.IsStreamingClient(),
+		ServerStreams: md.IsStreamingServer(),
 	}
 	if r := opts.Retry; r != nil {
 		desc.Retry = &RetryPolicy{

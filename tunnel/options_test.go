@@ -21,10 +21,12 @@ import (
 
 // optionsMethod is one method of the service optionsService builds.
 type optionsMethod struct {
-	name      string
-	output    string // full name of the output type, with the leading dot
-	opts      *rprv1.MethodOptions
-	streaming bool
+	name   string
+	output string // full name of the output type, with the leading dot
+	opts   *rprv1.MethodOptions
+	// clientStreams and serverStreams put the stream keyword before the
+	// input and the output.
+	clientStreams, serverStreams bool
 }
 
 // optionsService builds, without registering it anywhere, a service with
@@ -48,7 +50,10 @@ func optionsService(t *testing.T, svc *rprv1.ServiceOptions, methods ...optionsM
 			OutputType: proto.String(m.output),
 			Options:    methodOpts,
 		}
-		if m.streaming {
+		if m.clientStreams {
+			mdp.ClientStreaming = proto.Bool(true)
+		}
+		if m.serverStreams {
 			mdp.ServerStreaming = proto.Bool(true)
 		}
 		sdp.Method = append(sdp.Method, mdp)
@@ -119,9 +124,19 @@ func TestMethodDescForRefuses(t *testing.T) {
 			want:   "rpr: rprtest.options.v1.Options/Send is marked (rpr.v1.method).async but returns google.protobuf.StringValue; an async method's caller gets a receipt, not a reply, so it must return google.protobuf.Empty",
 		},
 		{
-			name:   "streaming",
-			method: optionsMethod{name: "Watch", output: ".google.protobuf.Empty", streaming: true},
-			want:   "rpr: rprtest.options.v1.Options/Watch is a streaming method",
+			name:   "async server-streaming",
+			method: optionsMethod{name: "Watch", output: ".google.protobuf.Empty", serverStreams: true, opts: &rprv1.MethodOptions{Async: true}},
+			want:   "rpr: rprtest.options.v1.Options/Watch is marked (rpr.v1.method).async but is a server-streaming method; an async request waits in a queue with no caller attached, so no stream can cross it: drop async to make it a streaming call, or remove the stream keyword to make it an async method",
+		},
+		{
+			name:   "async client-streaming",
+			method: optionsMethod{name: "Feed", output: ".google.protobuf.Empty", clientStreams: true, opts: &rprv1.MethodOptions{Async: true}},
+			want:   "rpr: rprtest.options.v1.Options/Feed is marked (rpr.v1.method).async but is a client-streaming method",
+		},
+		{
+			name:   "async bidirectional with a reply",
+			method: optionsMethod{name: "Chat", output: ".google.protobuf.StringValue", clientStreams: true, serverStreams: true, opts: &rprv1.MethodOptions{Async: true}},
+			want:   "rpr: rprtest.options.v1.Options/Chat is marked (rpr.v1.method).async but is a bidirectional streaming method",
 		},
 		{
 			name:   "max_backlog beyond int64",
@@ -138,5 +153,38 @@ func TestMethodDescForRefuses(t *testing.T) {
 				t.Errorf("MethodDescFor = %+v, %v; want an error containing %q", desc, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestMethodDescForStreaming(t *testing.T) {
+	sd := optionsService(t,
+		&rprv1.ServiceOptions{BizCode: "WTCH", Timeout: durationpb.New(time.Minute)},
+		optionsMethod{name: "Watch", output: ".google.protobuf.StringValue", serverStreams: true,
+			opts: &rprv1.MethodOptions{Timeout: durationpb.New(time.Hour)}},
+		optionsMethod{name: "Upload", output: ".google.protobuf.StringValue", clientStreams: true},
+		optionsMethod{name: "Chat", output: ".google.protobuf.StringValue", clientStreams: true, serverStreams: true},
+		optionsMethod{name: "Get", output: ".google.protobuf.StringValue"},
+	)
+	for _, want := range []struct {
+		name                         string
+		clientStreams, serverStreams bool
+		timeout                      time.Duration
+	}{
+		{"Watch", false, true, time.Hour},
+		{"Upload", true, false, time.Minute},
+		{"Chat", true, true, time.Minute},
+		{"Get", false, false, time.Minute},
+	} {
+		desc, err := tunnel.MethodDescFor(sd.Methods().ByName(protoreflect.Name(want.name)))
+		if err != nil {
+			t.Errorf("MethodDescFor(%s): %v", want.name, err)
+			continue
+		}
+		if desc.Name != want.name || desc.ClientStreams != want.clientStreams || desc.ServerStreams != want.serverStreams ||
+			desc.IsStreaming() != (want.clientStreams || want.serverStreams) || desc.Async || desc.Timeout != want.timeout ||
+			desc.Service.BizCode != "WTCH" || desc.Handler != nil || desc.StreamHandler != nil {
+			t.Errorf("MethodDescFor(%s) = %+v; want client streams %t, server streams %t, timeout %v, biz code WTCH, no handlers",
+				want.name, desc, want.clientStreams, want.serverStreams, want.timeout)
+		}
 	}
 }

@@ -101,16 +101,24 @@ func (s *Server) openQueue(ctx context.Context, q *queue) error {
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("rpr: create consumer group %s on %s: %w", store.WorkersGroup, q.requests, err)
 	}
+	if q.streams {
+		return s.openInbox(ctx, q)
+	}
 	return nil
 }
 
 // serveQueue starts reading q, with its retry mover and janitor.
 func (r *serveRun) serveQueue(ctx context.Context, q *queue) bool {
 	s := r.server
-	started := r.queues.add(q,
+	run := []func(){
 		func() { r.readRequests(ctx, q) },
 		func() { r.moveDue(ctx, q) },
-		func() { r.tidy(ctx, q) })
+		func() { r.tidy(ctx, q) },
+	}
+	if q.streams {
+		run = append(run, func() { r.readInbox(ctx, q) })
+	}
+	started := r.queues.add(q, run...)
 	if started {
 		s.log.Info("rpr: serving "+q.name, "stream", q.requests, "shard", q.shard, "lane", s.opts.Lane, "concurrency", s.opts.Concurrency, "lease", s.opts.Lease)
 	}

@@ -106,7 +106,7 @@ func (r *serveRun) watchCancellations(stop <-chan struct{}, services []*serverSe
 			if !ok {
 				return
 			}
-			if r.running.cancel(msg.Payload, errCallerCancelled) {
+			if r.running.cancel(msg.Payload, errCallerCancelled) || r.streams.cancel(msg.Payload, errCallerCancelled) {
 				r.server.log.Info("rpr: caller cancelled; cancelling its handler", "request_id", msg.Payload)
 			}
 		}

@@ -39,8 +39,23 @@ type ServerOptions struct {
 	// DefaultMaxMessageBytes).
 	MaxRequestBytes  int
 	MaxResponseBytes int
-	// Interceptors wrap every handler; the first is the outermost.
+	// Interceptors wrap every unary and async handler; the first is the
+	// outermost.
 	Interceptors []UnaryServerInterceptor
+	// StreamInterceptors wrap every streaming handler; the first is the
+	// outermost.
+	StreamInterceptors []StreamServerInterceptor
+	// StreamWindow is the flow-control window this server grants the
+	// callers of its streaming calls (default DefaultStreamWindow): a
+	// caller's Send blocks once that much of its stream is sent and not
+	// yet received by the handler.
+	StreamWindow StreamWindow
+	// MaxStreams bounds the streaming calls this server runs at once
+	// (default DefaultMaxStreams). A stream's handler runs on a goroutine
+	// of its own, not in one of the Concurrency slots: watch-style streams
+	// may stay open for hours. A stream beyond the bound is refused with
+	// RESOURCE_EXHAUSTED.
+	MaxStreams int
 	// Logger receives the server's log lines (default slog.Default()).
 	Logger *slog.Logger
 	// Lease is how long a worker's claim on a running request holds
@@ -138,10 +153,13 @@ type Server struct {
 	keys        store.Keyspace
 	log         *slog.Logger
 	interceptor UnaryServerInterceptor
-	clock       redisClock
-	created     time.Time
-	stats       serverStats
-	tracing     tracing
+	// streamInterceptor wraps stream handlers; nil without
+	// StreamInterceptors.
+	streamInterceptor StreamServerInterceptor
+	clock             redisClock
+	created           time.Time
+	stats             serverStats
+	tracing           tracing
 
 	mu       sync.Mutex
 	services map[string]*serverService
@@ -160,6 +178,9 @@ type serverService struct {
 	// DefaultMaxBacklog (clients may set another default; this is what the
 	// rpr.queue.capacity gauge reports).
 	maxBacklog int64
+	// streams: the service has streaming methods, so its queues have
+	// inboxes.
+	streams bool
 }
 
 // NewServer returns a Server that serves through rdb. rdb stays the
@@ -197,6 +218,10 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	if opts.IdempotencyWindow <= 0 {
 		opts.IdempotencyWindow = DefaultIdempotencyWindow
 	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
+	opts.StreamWindow = opts.StreamWindow.orDefault()
 	if opts.RetryPollInterval <= 0 {
 		opts.RetryPollInterval = DefaultRetryPollInterval
 	}
@@ -215,14 +240,15 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 		}
 	}
 	return &Server{
-		rdb:         rdb,
-		opts:        opts,
-		keys:        store.NewKeyspace(opts.Prefix),
-		log:         opts.Logger.With("rpr_worker", opts.WorkerID),
-		interceptor: chainServerInterceptors(opts.Interceptors),
-		created:     time.Now(),
-		tracing:     newTracing(opts.TracerProvider, opts.Propagator),
-		services:    map[string]*serverService{},
+		rdb:               rdb,
+		opts:              opts,
+		keys:              store.NewKeyspace(opts.Prefix),
+		log:               opts.Logger.With("rpr_worker", opts.WorkerID),
+		interceptor:       chainServerInterceptors(opts.Interceptors),
+		streamInterceptor: chainStreamServerInterceptors(opts.StreamInterceptors),
+		created:           time.Now(),
+		tracing:           newTracing(opts.TracerProvider, opts.Propagator),
+		services:          map[string]*serverService{},
 	}, nil
 }
 
@@ -277,7 +303,15 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 		svc.maxBacklog = desc.Service.MaxBacklog
 	}
 	for i := range desc.Methods {
-		svc.methods[desc.Methods[i].Name] = &desc.Methods[i]
+		m := &desc.Methods[i]
+		switch {
+		case m.IsStreaming() && m.StreamHandler == nil:
+			panic(fmt.Sprintf("rpr: RegisterService(%s): streaming method %s has no StreamHandler (regenerate the code with protoc-gen-rpr)", name, m.Name))
+		case !m.IsStreaming() && m.Handler == nil:
+			panic(fmt.Sprintf("rpr: RegisterService(%s): method %s has no Handler", name, m.Name))
+		}
+		svc.methods[m.Name] = m
+		svc.streams = svc.streams || m.IsStreaming()
 	}
 	s.services[name] = svc
 }
@@ -324,6 +358,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		slots:       make(chan struct{}, s.opts.Concurrency),
 		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency, nil),
 		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Concurrency, metrics.batchObserver("complete")),
+		// One flush in flight: a stream's frames leave in order.
+		frames:      newBatcher(s.rdb, 1, 512, 4096, metrics.batchObserver("frames")),
 		observeRead: metrics.batchObserver("read"),
 		metrics:     metrics,
 	}
@@ -340,14 +376,22 @@ func (s *Server) Serve(ctx context.Context) error {
 	helpers.Go(func() { s.heartbeatLoop(handlersDone, services, run.queues, followShards) })
 	helpers.Go(func() { run.extendLeases(handlersDone) })
 	helpers.Go(func() { run.watchCancellations(handlersDone, services) })
+	helpers.Go(func() { run.watchCallers(handlersDone) })
 
 	<-ctx.Done()
 	s.log.Info("rpr: shutting down: no new requests; finishing those in flight")
 	run.queues.stop()
+	// Streams have no end of their own to wait for: end them, and let
+	// their callers open them again elsewhere.
+	for _, ss := range run.streams.list() {
+		ss.cancel(errServerStopping)
+	}
+	run.streamHandlers.Wait()
 	run.handlers.Wait()
 	run.pool.close()
 	close(handlersDone)
 	helpers.Wait()
+	run.frames.close()
 	run.completions.close()
 	run.completer.close()
 	s.removeHeartbeats(services, run.queues.list())

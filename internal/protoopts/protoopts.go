@@ -100,7 +100,10 @@ func ReadService(sd protoreflect.ServiceDescriptor) (Service, error) {
 }
 
 // ReadMethod reads and checks the options of md, a method of a service
-// whose options are svc.
+// whose options are svc. Unary and streaming methods are both fine; an
+// async method must be unary and return EmptyMessage, so ReadMethod
+// refuses the others with the error protoc-gen-rpr and
+// tunnel.MethodDescFor both report.
 func ReadMethod(md protoreflect.MethodDescriptor, svc Service) (Method, error) {
 	opts, _ := md.Options().(*descriptorpb.MethodOptions)
 	rpr, _ := proto.GetExtension(opts, rprv1.E_Method).(*rprv1.MethodOptions)
@@ -110,6 +113,10 @@ func ReadMethod(md protoreflect.MethodDescriptor, svc Service) (Method, error) {
 		Idempotent: level == descriptorpb.MethodOptions_IDEMPOTENT || level == descriptorpb.MethodOptions_NO_SIDE_EFFECTS,
 		Async:      rpr.GetAsync(),
 		Deprecated: opts.GetDeprecated(),
+	}
+	if out.Async && IsStreaming(md) {
+		return Method{}, fmt.Errorf("%s is marked (rpr.v1.method).async but is a %s method; an async request waits in a queue with no caller attached, so no stream can cross it: drop async to make it a streaming call, or remove the stream keyword to make it an async method (which returns google.protobuf.Empty)",
+			name, StreamKind(md))
 	}
 	if output := md.Output().FullName(); out.Async && output != EmptyMessage {
 		return Method{}, fmt.Errorf("%s is marked (rpr.v1.method).async but returns %s; an async method's caller gets a receipt, not a reply, so it must return %s (import \"google/protobuf/empty.proto\" and declare returns (google.protobuf.Empty)), or drop async to make it a unary call",
@@ -134,6 +141,25 @@ func ReadMethod(md protoreflect.MethodDescriptor, svc Service) (Method, error) {
 // wire, in logs and in errors.
 func FullMethodName(md protoreflect.MethodDescriptor) string {
 	return string(md.Parent().FullName()) + "/" + string(md.Name())
+}
+
+// IsStreaming reports whether either side of md streams.
+func IsStreaming(md protoreflect.MethodDescriptor) bool {
+	return md.IsStreamingClient() || md.IsStreamingServer()
+}
+
+// StreamKind names the shape of md for messages and listings: "unary",
+// "server-streaming", "client-streaming" or "bidirectional streaming".
+func StreamKind(md protoreflect.MethodDescriptor) string {
+	switch {
+	case md.IsStreamingClient() && md.IsStreamingServer():
+		return "bidirectional streaming"
+	case md.IsStreamingServer():
+		return "server-streaming"
+	case md.IsStreamingClient():
+		return "client-streaming"
+	}
+	return "unary"
 }
 
 // retry checks a retry option of a unary or an async method.

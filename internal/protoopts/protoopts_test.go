@@ -19,6 +19,17 @@ import (
 // one method Ping (google.protobuf.Empty in and out).
 func service(t *testing.T, opts *rprv1.ServiceOptions) protoreflect.ServiceDescriptor {
 	t.Helper()
+	return serviceWith(t, opts, &descriptorpb.MethodDescriptorProto{
+		Name:       proto.String("Ping"),
+		InputType:  proto.String(".google.protobuf.Empty"),
+		OutputType: proto.String(".google.protobuf.Empty"),
+	})
+}
+
+// serviceWith builds, without registering it, a service with options opts
+// and the given methods.
+func serviceWith(t *testing.T, opts *rprv1.ServiceOptions, methods ...*descriptorpb.MethodDescriptorProto) protoreflect.ServiceDescriptor {
+	t.Helper()
 	svcOpts := &descriptorpb.ServiceOptions{}
 	proto.SetExtension(svcOpts, rprv1.E_Service, opts)
 	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
@@ -29,11 +40,7 @@ func service(t *testing.T, opts *rprv1.ServiceOptions) protoreflect.ServiceDescr
 		Service: []*descriptorpb.ServiceDescriptorProto{{
 			Name:    proto.String("Opts"),
 			Options: svcOpts,
-			Method: []*descriptorpb.MethodDescriptorProto{{
-				Name:       proto.String("Ping"),
-				InputType:  proto.String(".google.protobuf.Empty"),
-				OutputType: proto.String(".google.protobuf.Empty"),
-			}},
+			Method:  methods,
 		}},
 	}, protoregistry.GlobalFiles)
 	if err != nil {
@@ -82,6 +89,56 @@ func TestRetryCodes(t *testing.T) {
 	for _, bad := range []string{"OK", "0", "UNAVAILBLE", "17"} {
 		if _, err := retry(&rprv1.RetryPolicy{RetryableCodes: []string{bad}}, false); err == nil || !strings.Contains(err.Error(), "is not a status code") {
 			t.Errorf("retryable_codes %q: err %v, want it refused", bad, err)
+		}
+	}
+}
+
+func TestStreamingMethods(t *testing.T) {
+	method := func(name string, clientStreams, serverStreams, async bool) *descriptorpb.MethodDescriptorProto {
+		opts := &descriptorpb.MethodOptions{}
+		proto.SetExtension(opts, rprv1.E_Method, &rprv1.MethodOptions{Async: async})
+		return &descriptorpb.MethodDescriptorProto{
+			Name:            proto.String(name),
+			InputType:       proto.String(".google.protobuf.Empty"),
+			OutputType:      proto.String(".google.protobuf.Empty"),
+			ClientStreaming: proto.Bool(clientStreams),
+			ServerStreaming: proto.Bool(serverStreams),
+			Options:         opts,
+		}
+	}
+	sd := serviceWith(t, &rprv1.ServiceOptions{},
+		method("Get", false, false, false),
+		method("Watch", false, true, false),
+		method("Upload", true, false, false),
+		method("Chat", true, true, false),
+		method("Tail", false, true, true),
+		method("Feed", true, false, true),
+		method("Talk", true, true, true),
+	)
+	for _, tt := range []struct {
+		name      string
+		streaming bool
+		kind      string
+		err       string
+	}{
+		{"Get", false, "unary", ""},
+		{"Watch", true, "server-streaming", ""},
+		{"Upload", true, "client-streaming", ""},
+		{"Chat", true, "bidirectional streaming", ""},
+		{"Tail", true, "server-streaming", "rprtest.protoopts.v1.Opts/Tail is marked (rpr.v1.method).async but is a server-streaming method; an async request waits in a queue with no caller attached, so no stream can cross it: drop async to make it a streaming call, or remove the stream keyword to make it an async method (which returns google.protobuf.Empty)"},
+		{"Feed", true, "client-streaming", "rprtest.protoopts.v1.Opts/Feed is marked (rpr.v1.method).async but is a client-streaming method;"},
+		{"Talk", true, "bidirectional streaming", "rprtest.protoopts.v1.Opts/Talk is marked (rpr.v1.method).async but is a bidirectional streaming method;"},
+	} {
+		md := sd.Methods().ByName(protoreflect.Name(tt.name))
+		if IsStreaming(md) != tt.streaming || StreamKind(md) != tt.kind {
+			t.Errorf("%s: IsStreaming %t, StreamKind %q; want %t, %q", tt.name, IsStreaming(md), StreamKind(md), tt.streaming, tt.kind)
+		}
+		_, err := ReadMethod(md, Service{})
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("ReadMethod(%s): %v", tt.name, err)
+		case tt.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.err)):
+			t.Errorf("ReadMethod(%s) = %v; want an error starting %q", tt.name, err, tt.err)
 		}
 	}
 }

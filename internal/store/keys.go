@@ -106,6 +106,11 @@ func (s Shard) IsResponses(key string) bool {
 	return ok && rest != "" && !strings.ContainsAny(rest, "{}")
 }
 
+// Inbox is one worker's inbox in the shard: the stream the callers of the
+// streaming calls it runs write their frames to, read through
+// WorkersGroup by that worker alone.
+func (s Shard) Inbox(worker string) string { return s.Tag + ":in:" + worker }
+
 // State is the state-machine hash of one request: named by the request id
 // for unary calls and by the idempotency key for async ones (which is the
 // request id unless the caller chose a key).

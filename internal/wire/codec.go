@@ -54,7 +54,9 @@ func EncodeRequest(env *Request) ([]byte, error) {
 	defer w.release()
 	// v, id, m, t, a, k and p are always written; the rest are omitempty.
 	w.mapLen(7 + present(env.Deadline != 0, len(env.Header) > 0, env.ReplyTo != "",
-		env.Key != "", env.Retry != nil, env.Timeout != 0, env.Replays != 0))
+		env.Key != "", env.Retry != nil, env.Timeout != 0, env.Replays != 0,
+		env.Streams != 0, env.Window != 0, env.WindowBytes != 0, env.StreamDeadline != 0,
+		env.Messages != 0, env.Closed))
 	w.int("v", env.Version)
 	w.string("id", env.ID)
 	w.string("m", env.Method)
@@ -82,6 +84,24 @@ func EncodeRequest(env *Request) ([]byte, error) {
 	}
 	if env.Replays != 0 {
 		w.int("rr", env.Replays)
+	}
+	if env.Streams != 0 {
+		w.uint8("sk", env.Streams)
+	}
+	if env.Window != 0 {
+		w.int("sw", env.Window)
+	}
+	if env.WindowBytes != 0 {
+		w.int64("sb", env.WindowBytes)
+	}
+	if env.StreamDeadline != 0 {
+		w.int64("sd", env.StreamDeadline)
+	}
+	if env.Messages != 0 {
+		w.int("sn", env.Messages)
+	}
+	if env.Closed {
+		w.bool("sc", env.Closed)
 	}
 	return w.result()
 }
@@ -149,6 +169,18 @@ func decodeRequestFields(b []byte, frozen bool, env *Request) error {
 				env.Timeout, err = decodeInt[int64](r)
 			case "rr":
 				env.Replays, err = decodeInt[int](r)
+			case "sk":
+				env.Streams, err = decodeUint[uint8](r)
+			case "sw":
+				env.Window, err = decodeInt[int](r)
+			case "sb":
+				env.WindowBytes, err = decodeInt[int64](r)
+			case "sd":
+				env.StreamDeadline, err = decodeInt[int64](r)
+			case "sn":
+				env.Messages, err = decodeInt[int](r)
+			case "sc":
+				env.Closed, err = r.dec.DecodeBool()
 			default:
 				err = errUnknownField
 			}
@@ -293,6 +325,14 @@ func (w *envelopeWriter) uint32(k string, n uint32) {
 	w.key(k)
 	if w.err == nil {
 		w.err = w.enc.EncodeUint32(n)
+	}
+}
+
+// bool writes a bool field.
+func (w *envelopeWriter) bool(k string, b bool) {
+	w.key(k)
+	if w.err == nil {
+		w.err = w.enc.EncodeBool(b)
 	}
 }
 

@@ -86,6 +86,16 @@ func sampleRequests() map[string]*Request {
 			Retry: &RetryPolicy{MaxAttempts: -1, InitialBackoff: math.MinInt64, MaxBackoff: math.MaxInt64,
 				Multiplier: math.Inf(1)},
 		},
+		"stream open": {
+			Version: StreamVersion, ID: "20261129-TEST-1795995318695-AAAAAAAAAC", Method: "s.S/Watch",
+			Deadline: 1795995319695, ReplyTo: "rpr:v1:{s.S}:resp:c", Enqueued: 1795995318695, Attempt: 1,
+			Kind: KindStream, Payload: []byte{1}, Streams: StreamsClient | StreamsServer,
+			Window: 64, WindowBytes: 1 << 20, StreamDeadline: 1795999999999, Messages: 1, Closed: true,
+		},
+		"large stream open": {
+			Version: StreamVersion, ID: "id", Method: "s.S/M", Kind: KindStream, Streams: math.MaxUint8,
+			Window: math.MinInt32, WindowBytes: math.MaxInt64, StreamDeadline: math.MinInt64, Messages: math.MaxInt32 + 1,
+		},
 		"zero": {},
 	}
 }
@@ -404,11 +414,12 @@ func TestEnvelopeCodecStrictness(t *testing.T) {
 	}
 
 	var verr VersionError
-	if _, err := DecodeRequest(rawMap(t, validRequestFields("v", 2, "zz", 1)...)); !errors.As(err, &verr) || verr.Got != 2 {
-		t.Errorf("version 2: err = %v, want VersionError{2}", err)
+	unknown := StreamVersion + 1 // the first version this runtime does not speak
+	if _, err := DecodeRequest(rawMap(t, validRequestFields("v", unknown, "zz", 1)...)); !errors.As(err, &verr) || verr.Got != unknown {
+		t.Errorf("version %d: err = %v, want VersionError{%d}", unknown, err, unknown)
 	}
-	if _, err := DecodeResponse(rawMap(t, "v", 2, "id", "id", "c", "not a code")); !errors.As(err, &verr) || verr.Got != 2 {
-		t.Errorf("response version 2: err = %v, want VersionError{2}", err)
+	if _, err := DecodeResponse(rawMap(t, "v", unknown, "id", "id", "c", "not a code")); !errors.As(err, &verr) || verr.Got != unknown {
+		t.Errorf("response version %d: err = %v, want VersionError{%d}", unknown, err, unknown)
 	}
 	for name, tc := range map[string]struct {
 		raw  []byte

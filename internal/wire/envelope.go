@@ -6,10 +6,16 @@ import (
 	"unsafe"
 )
 
-// Version is the wire version this runtime writes and reads. A
-// change to the envelope's meaning gets a new version; decoders refuse
-// versions they do not know rather than guess.
+// Version is the wire version of unary and async envelopes, which a v1
+// peer reads. A change to an envelope's meaning gets a new version;
+// decoders refuse versions they do not know rather than guess.
 const Version = 1
+
+// StreamVersion is the wire version of what streaming calls write: the
+// request that opens a stream and its frames. A peer that speaks only
+// Version refuses such a request with a VersionError, which tells the
+// caller to run the same rpr release on both sides.
+const StreamVersion = 2
 
 // Field is the one stream field that holds an envelope.
 const Field = "e"
@@ -22,8 +28,15 @@ type Metadata = map[string][]string
 type Kind uint8
 
 const (
-	KindUnary Kind = 1 // the caller waits for a response
-	KindAsync Kind = 2 // fire and forget: servers retry, then dead-letter
+	KindUnary  Kind = 1 // the caller waits for a response
+	KindAsync  Kind = 2 // fire and forget: servers retry, then dead-letter
+	KindStream Kind = 3 // a streaming call (StreamVersion)
+)
+
+// Which sides of a streaming call stream (Request.Streams).
+const (
+	StreamsClient uint8 = 1 << iota // the caller sends a stream of messages
+	StreamsServer                   // the server sends a stream of messages
 )
 
 // Request is what a client writes to a request stream. Field names
@@ -63,6 +76,27 @@ type Request struct {
 	// Replays counts how often an operator replayed the request from the
 	// dead-letter stream (Attempt starts again at 1 on each replay).
 	Replays int `msgpack:"rr,omitempty"`
+
+	// The fields below are for stream opens only (KindStream). Deadline
+	// then bounds the wait for a worker to take the stream, and
+	// StreamDeadline the stream itself.
+
+	// Streams says which sides stream: StreamsClient, StreamsServer or
+	// both.
+	Streams uint8 `msgpack:"sk,omitempty"`
+	// Window and WindowBytes are the flow-control window the caller grants
+	// the server: how many of the server's messages, and how many bytes of
+	// them, may be sent and not yet consumed by the caller.
+	Window      int   `msgpack:"sw,omitempty"`
+	WindowBytes int64 `msgpack:"sb,omitempty"`
+	// StreamDeadline ends the stream (Redis unix ms); 0: no deadline.
+	StreamDeadline int64 `msgpack:"sd,omitempty"`
+	// Messages counts the caller's messages the open carries: 0, or 1 with
+	// the first in Payload (message 1 of the caller's stream).
+	Messages int `msgpack:"sn,omitempty"`
+	// Closed says the caller sends nothing after the open: its side of
+	// the stream is closed (a server-streaming call).
+	Closed bool `msgpack:"sc,omitempty"`
 }
 
 // RetryPolicy is a RetryPolicy as an async request carries it, so that
@@ -94,8 +128,11 @@ type Response struct {
 type VersionError struct{ Got int }
 
 func (e VersionError) Error() string {
-	return fmt.Sprintf("envelope version %d is not supported (this rpr speaks version %d): run the same rpr release on both sides", e.Got, Version)
+	return fmt.Sprintf("envelope version %d is not supported (this rpr speaks versions %d to %d): run the same rpr release on both sides", e.Got, Version, StreamVersion)
 }
+
+// knownVersion reports whether this runtime speaks envelope version v.
+func knownVersion(v int) bool { return v == Version || v == StreamVersion }
 
 // marshalEnvelope encodes a *Request or *Response with the
 // hand-written codec (EncodeRequest, EncodeResponse), for callers (tests)
@@ -116,15 +153,15 @@ func marshalEnvelope(v any) ([]byte, error) {
 // as such, because that message tells the operator what to fix.
 func decodeStrict(b []byte, decode func([]byte) error, version func() int) error {
 	err := decode(b)
-	if err != nil || version() != Version {
-		if got := peekVersion(b); got > 0 && got != Version {
+	if err != nil || !knownVersion(version()) {
+		if got := peekVersion(b); got > 0 && !knownVersion(got) {
 			return VersionError{Got: got}
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("malformed envelope: %w", err)
 	}
-	if version() != Version {
+	if !knownVersion(version()) {
 		return errors.New("malformed envelope: no version")
 	}
 	return nil
@@ -172,6 +209,9 @@ func decodeRequestFrom(b []byte, frozen bool) (*Request, error) {
 	case env.Attempt < 1:
 		return nil, fmt.Errorf("malformed envelope: attempt %d (attempts count from 1)", env.Attempt)
 	}
+	if env.Kind != KindStream && env.hasStreamFields() {
+		return nil, errors.New("malformed envelope: stream fields in a request that is not a stream")
+	}
 	switch env.Kind {
 	case KindUnary:
 		switch {
@@ -179,6 +219,10 @@ func decodeRequestFrom(b []byte, frozen bool) (*Request, error) {
 			return nil, errors.New("malformed envelope: no reply-to stream")
 		case env.Deadline <= 0:
 			return nil, errors.New("malformed envelope: no deadline")
+		}
+	case KindStream:
+		if err := env.checkStream(); err != nil {
+			return nil, err
 		}
 	case KindAsync:
 		if env.ReplyTo != "" {
@@ -191,6 +235,32 @@ func decodeRequestFrom(b []byte, frozen bool) (*Request, error) {
 		return nil, fmt.Errorf("malformed envelope: unknown call kind %d", env.Kind)
 	}
 	return env, nil
+}
+
+// hasStreamFields reports whether any stream-only field is set.
+func (env *Request) hasStreamFields() bool {
+	return env.Streams != 0 || env.Window != 0 || env.WindowBytes != 0 || env.StreamDeadline != 0 || env.Messages != 0 || env.Closed
+}
+
+// checkStream validates a stream open.
+func (env *Request) checkStream() error {
+	switch {
+	case env.Version != StreamVersion:
+		return fmt.Errorf("malformed envelope: a stream open of version %d (streams are version %d)", env.Version, StreamVersion)
+	case env.ReplyTo == "":
+		return errors.New("malformed envelope: no reply-to stream")
+	case env.Deadline <= 0:
+		return errors.New("malformed envelope: no deadline")
+	case env.Streams == 0 || env.Streams&^(StreamsClient|StreamsServer) != 0:
+		return fmt.Errorf("malformed envelope: stream sides %d (want 1, 2 or 3)", env.Streams)
+	case env.Window < 1 || env.WindowBytes < 1:
+		return fmt.Errorf("malformed envelope: flow-control window %d messages, %d bytes (want both positive)", env.Window, env.WindowBytes)
+	case env.Messages < 0 || env.Messages > 1:
+		return fmt.Errorf("malformed envelope: %d messages in a stream open (want 0 or 1)", env.Messages)
+	case env.Messages == 0 && len(env.Payload) > 0:
+		return errors.New("malformed envelope: a payload in a stream open that carries no message")
+	}
+	return nil
 }
 
 // DecodeResponse decodes and validates a response envelope.

@@ -59,10 +59,10 @@ func TestRequestEnvelopeStrictDecoding(t *testing.T) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, tc.want)
 		}
 	}
-	_, err := DecodeRequest(encode(func(m map[string]any) { m["v"] = 2 }))
+	_, err := DecodeRequest(encode(func(m map[string]any) { m["v"] = StreamVersion + 1 }))
 	var verr VersionError
-	if !errors.As(err, &verr) || verr.Got != 2 {
-		t.Errorf("version 2: err = %v, want VersionError{2}", err)
+	if !errors.As(err, &verr) || verr.Got != StreamVersion+1 {
+		t.Errorf("version %d: err = %v, want VersionError{%d}", StreamVersion+1, err, StreamVersion+1)
 	}
 }
 
@@ -82,7 +82,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env, err := DecodeRequest(b) // must never panic
-		if err == nil && (env.ID == "" || env.Method == "" || (env.Kind == KindUnary) == (env.ReplyTo == "")) {
+		replies := env != nil && (env.Kind == KindUnary || env.Kind == KindStream)
+		if err == nil && (env.ID == "" || env.Method == "" || replies == (env.ReplyTo == "")) {
 			t.Fatalf("accepted an envelope without id, method, or a reply-to stream that fits its kind: %+v", env)
 		}
 		checkAgainstReference(t, b, decodeRequestInPlace)

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"time"
+)
+
+// acceptScript hands a streaming call to the worker that claimed it: it
+// retires the open's request entry (the stream is the worker's now and is
+// never taken over: a broken stream is the caller's to redo), gives the
+// state hash the stream's lifetime, and writes the accept frame to the
+// caller's stream (NOMKSTREAM: nothing is created for a caller that is
+// gone).
+//
+//	KEYS[1] request stream   KEYS[2] state hash   KEYS[3] reply stream
+//	ARGV[1] consumer group   ARGV[2] entry id   ARGV[3] state TTL ms
+//	ARGV[4] the accept frame
+//
+// Returns 1 when the caller's stream took the frame, 0 when it is gone.
+var acceptScript = newScript("accept_stream", `
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if redis.call('XADD', KEYS[3], 'NOMKSTREAM', '*', 's', ARGV[4]) then return 1 end
+return 0
+`)
+
+// AcceptStream hands a claimed streaming call to its worker and tells the
+// caller.
+type AcceptStream struct {
+	Call
+}
+
+// NewAcceptStream retires the open entryID of stream, keeps the call's
+// state for ttl, and writes frame (an encoded wire.FrameAccept) to the
+// caller's stream replyTo.
+func NewAcceptStream(stream, entryID, state, replyTo string, ttl time.Duration, frame []byte) *AcceptStream {
+	return &AcceptStream{Call: Call{script: acceptScript,
+		keys: []string{stream, state, replyTo},
+		args: []any{WorkersGroup, entryID, max(ttl, time.Millisecond).Milliseconds(), frame}}}
+}
+
+// Result returns Written, or CallerGone when the caller's stream is gone.
+func (a *AcceptStream) Result() (int64, error) {
+	out, err := a.Call.reply()
+	if err != nil {
+		return 0, err
+	}
+	n, _ := out.(int64)
+	return n, nil
+}
+
+// endStreamScript ends a streaming call: it records the final state and
+// writes the server's Response (status, trailer) to the caller's stream.
+// Unlike the complete script it is not fenced: an accepted stream has one
+// worker for good.
+//
+//	KEYS[1] state hash   KEYS[2] reply stream
+//	ARGV[1] final state   ARGV[2] state TTL ms   ARGV[3] response envelope
+//
+// Returns 1 when written, 0 when the caller's stream is gone.
+var endStreamScript = newScript("end_stream", `
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'done_ms', now_ms(), 'lease', 0)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('XADD', KEYS[2], 'NOMKSTREAM', '*', 'e', ARGV[3]) then return 1 end
+return 0
+`)
+
+// EndStream records how a streaming call ended and tells its caller.
+type EndStream struct {
+	Call
+}
+
+// NewEndStream records final (wire.StateSuccess or wire.StateFailed) in
+// state, kept for ttl, and writes resp (an encoded wire.Response) to the
+// caller's stream replyTo.
+func NewEndStream(state, replyTo, final string, ttl time.Duration, resp []byte) *EndStream {
+	return &EndStream{Call: Call{script: endStreamScript,
+		keys: []string{state, replyTo},
+		args: []any{final, max(ttl, time.Millisecond).Milliseconds(), resp}}}
+}
+
+// Result returns Written, or CallerGone when the caller's stream is gone.
+func (e *EndStream) Result() (int64, error) {
+	out, err := e.Call.reply()
+	if err != nil {
+		return 0, err
+	}
+	n, _ := out.(int64)
+	return n, nil
+}
+
+// sendFramesScript writes frames of one streaming call, in order, to the
+// stream of their receiver: the caller's response stream or the worker's
+// inbox. NOMKSTREAM: nothing is created for a receiver that is gone.
+//
+//	KEYS[1] the receiver's stream
+//	ARGV[1..n] the frames (encoded wire.Frame)
+//
+// Returns 1 when written, 0 when the receiver's stream does not exist.
+var sendFramesScript = newScript("send_frames", `
+for i = 1, #ARGV do
+  if not redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', 's', ARGV[i]) then return 0 end
+end
+return 1
+`)
+
+// SendFrames writes frames of one streaming call to their receiver's
+// stream, in order, in one script run.
+type SendFrames struct {
+	Call
+}
+
+// NewSendFrames writes frames, in order, to the stream to.
+func NewSendFrames(to string, frames [][]byte) *SendFrames {
+	args := make([]any, len(frames))
+	for i, f := range frames {
+		args[i] = f
+	}
+	return &SendFrames{Call: Call{script: sendFramesScript, keys: []string{to}, args: args}}
+}
+
+// Result returns Written, or CallerGone when the receiver's stream is gone.
+func (s *SendFrames) Result() (int64, error) {
+	out, err := s.Call.reply()
+	if err != nil {
+		return 0, err
+	}
+	n, _ := out.(int64)
+	return n, nil
+}

@@ -1,0 +1,91 @@
+package wire
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+)
+
+// sampleFrames has one frame of each type, and the extremes.
+func sampleFrames() map[string]*Frame {
+	return map[string]*Frame{
+		"accept":        {Version: StreamVersion, ID: "id", Type: FrameAccept, Inbox: "rpr:v1:{s.S}:in:w1", Worker: "w1", Window: 64, WindowBytes: 1 << 20},
+		"header":        {Version: StreamVersion, ID: "id", Type: FrameHeader, Header: Metadata{"k": {"v", "w"}}},
+		"message":       {Version: StreamVersion, ID: "id", Type: FrameMessage, Seq: 7, Payload: []byte("payload")},
+		"empty message": {Version: StreamVersion, ID: "id", Type: FrameMessage, Seq: 1},
+		"close":         {Version: StreamVersion, ID: "id", Type: FrameClose, Seq: 12},
+		"credit":        {Version: StreamVersion, ID: "id", Type: FrameCredit, Consumed: 32, ConsumedBytes: 40000},
+		"extremes": {Version: math.MinInt64, ID: big[:300], Type: math.MaxUint8, Seq: math.MaxInt64, Payload: []byte(big),
+			Window: math.MaxInt32 + 1, WindowBytes: math.MinInt64, Consumed: -1, ConsumedBytes: math.MaxInt64},
+		"zero": {},
+	}
+}
+
+func decodeFrameInPlace(b []byte, f *Frame) error {
+	return decodeFrameFields(stringBytes(string(b)), true, f)
+}
+
+// TestFrameCodecCompatibility checks the frame codec against msgpack's
+// reflection codec both ways, as for envelopes.
+func TestFrameCodecCompatibility(t *testing.T) {
+	for name, in := range sampleFrames() {
+		t.Run(name, func(t *testing.T) {
+			checkCompatibility(t, in, EncodeFrame, decodeFrameInPlace)
+		})
+	}
+}
+
+func TestFrameValidation(t *testing.T) {
+	for name, f := range sampleFrames() {
+		b, err := EncodeFrame(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeFrameString(string(b))
+		valid := name != "extremes" && name != "zero"
+		if valid != (err == nil) {
+			t.Errorf("%s: DecodeFrame err = %v, want valid %t", name, err, valid)
+			continue
+		}
+		if valid {
+			again, _ := EncodeFrame(got)
+			if !bytes.Equal(again, b) {
+				t.Errorf("%s: round trip changed the frame: %+v", name, got)
+			}
+		}
+	}
+	for name, c := range map[string]struct {
+		f    Frame
+		want string
+	}{
+		"message 0":        {Frame{Version: StreamVersion, ID: "id", Type: FrameMessage}, "messages count from 1"},
+		"accept, no inbox": {Frame{Version: StreamVersion, ID: "id", Type: FrameAccept, Worker: "w", Window: 1, WindowBytes: 1}, "needs an inbox"},
+		"v1 frame":         {Frame{Version: Version, ID: "id", Type: FrameHeader}, "frames are version 2"},
+		"unknown type":     {Frame{Version: StreamVersion, ID: "id", Type: 9}, "unknown type 9"},
+		"negative credit":  {Frame{Version: StreamVersion, ID: "id", Type: FrameCredit, Consumed: -1}, "credit of -1"},
+		"no id":            {Frame{Version: StreamVersion, Type: FrameHeader}, "no request id"},
+		"newer version":    {Frame{Version: StreamVersion + 1, ID: "id", Type: FrameHeader}, "version 3 is not supported"},
+	} {
+		b, _ := EncodeFrame(&c.f)
+		if _, err := DecodeFrame(b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", name, err, c.want)
+		}
+	}
+}
+
+// FuzzDecodeFrame checks that no input panics the frame decoder and that
+// it agrees with the reflection decoder.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, fr := range sampleFrames() {
+		if b, _ := EncodeFrame(fr); len(b) < 4<<10 {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if fr, err := DecodeFrame(b); err == nil && fr.ID == "" {
+			t.Fatalf("accepted a frame without an id: %+v", fr)
+		}
+		checkAgainstReference(t, b, decodeFrameInPlace)
+	})
+}
