@@ -427,4 +427,6 @@ func parseStreamID(s string) (streamID, bool) {
 
 func (a streamID) less(b streamID) bool { return a.ms < b.ms || (a.ms == b.ms && a.seq < b.seq) }
 
-func (a streamID) String() string { return strconv.FormatUint(a.ms, 10) + "-" + strconv.FormatUint(a.seq, 10) }
+func (a streamID) String() string {
+	return strconv.FormatUint(a.ms, 10) + "-" + strconv.FormatUint(a.seq, 10)
+}
