@@ -97,6 +97,9 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		}().Call,
 		&NewRaiseShards(keys.ShardCount(service), 3).Call,
 		&NewMoveLane(shard, "v2", "", 10, false).Call,
+		&NewAcceptStream(req, entry, shard.State("d"), resp, time.Minute, []byte("accept")).Call,
+		&NewSendFrames(shard.Inbox(worker), [][]byte{[]byte("f1"), []byte("f2")}).Call,
+		&NewEndStream(shard.State("d"), resp, wire.StateSuccess, time.Minute, []byte("resp"), 2, 1).Call,
 	}
 	covered := map[*script]bool{}
 	for _, c := range calls {

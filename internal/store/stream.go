@@ -49,17 +49,19 @@ func (a *AcceptStream) Result() (int64, error) {
 	return n, nil
 }
 
-// endStreamScript ends a streaming call: it records the final state and
-// writes the server's Response (status, trailer) to the caller's stream.
-// Unlike the complete script it is not fenced: an accepted stream has one
-// worker for good.
+// endStreamScript ends a streaming call: it records the final state, with
+// how many messages went each way, and writes the server's Response
+// (status, trailer) to the caller's stream. Unlike the complete script it
+// is not fenced: an accepted stream has one worker for good.
 //
 //	KEYS[1] state hash   KEYS[2] reply stream
 //	ARGV[1] final state   ARGV[2] state TTL ms   ARGV[3] response envelope
+//	ARGV[4] messages the server sent   ARGV[5] messages it received
 //
 // Returns 1 when written, 0 when the caller's stream is gone.
 var endStreamScript = newScript("end_stream", `
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'done_ms', now_ms(), 'lease', 0)
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'done_ms', now_ms(), 'lease', 0,
+  'sent', ARGV[4], 'received', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if redis.call('XADD', KEYS[2], 'NOMKSTREAM', '*', 'e', ARGV[3]) then return 1 end
 return 0
@@ -71,12 +73,12 @@ type EndStream struct {
 }
 
 // NewEndStream records final (wire.StateSuccess or wire.StateFailed) in
-// state, kept for ttl, and writes resp (an encoded wire.Response) to the
-// caller's stream replyTo.
-func NewEndStream(state, replyTo, final string, ttl time.Duration, resp []byte) *EndStream {
+// state, with the messages the server sent and received, kept for ttl, and
+// writes resp (an encoded wire.Response) to the caller's stream replyTo.
+func NewEndStream(state, replyTo, final string, ttl time.Duration, resp []byte, sent, received int64) *EndStream {
 	return &EndStream{Call: Call{script: endStreamScript,
 		keys: []string{state, replyTo},
-		args: []any{final, max(ttl, time.Millisecond).Milliseconds(), resp}}}
+		args: []any{final, max(ttl, time.Millisecond).Milliseconds(), resp, sent, received}}}
 }
 
 // Result returns Written, or CallerGone when the caller's stream is gone.

@@ -33,4 +33,6 @@ const (
 	StateDoneMs         = "done_ms"         // when it finished
 	StateMarkedMs       = "marked_ms"       // when the caller marked it TIMEOUT or CANCELLED
 	StatePreviousWorker = "previous_worker" // the worker it was taken over from
+	StateSent           = "sent"            // a stream: messages the server sent
+	StateReceived       = "received"        // a stream: messages the server received
 )
