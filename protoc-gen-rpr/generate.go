@@ -24,10 +24,6 @@ const (
 	tunnelPackage  = protogen.GoImportPath("github.com/rprtunnel/rpr/tunnel")
 )
 
-// deprecated is the paragraph that marks a deprecated declaration, in the
-// form tools such as staticcheck and gopls recognize.
-const deprecated = "Deprecated: Do not use."
-
 // generate is the plugin: it checks every service of the files to generate
 // and, when all are fine, writes one _rpr.pb.go per file with services. When
 // something is wrong it writes nothing and returns every problem found.
@@ -78,13 +74,14 @@ func generateFile(gen *protogen.Plugin, file *protogen.File, services []*service
 	g.P()
 	g.P("package ", file.GoPackageName)
 	g.P()
-	g.P("// This file is written for version 2 of the contract between generated")
-	g.P("// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to")
-	g.P("// compile, this file and your tunnel package disagree: regenerate it with")
-	g.P("// the protoc-gen-rpr of the rpr release you depend on (`go tool")
-	g.P("// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with")
-	g.P("// `go get github.com/rprtunnel/rpr@latest`.")
-	g.P("const _ = ", tunnelPackage.Ident("SupportPackageIsVersion2"))
+	g.P("// This file is written for version 3 of the contract between generated")
+	g.P("// code and github.com/rprtunnel/rpr/tunnel, the version with streaming")
+	g.P("// methods. If the line below fails to compile, your tunnel package is")
+	g.P("// older than this file: upgrade rpr with `go get")
+	g.P("// github.com/rprtunnel/rpr@latest`, or regenerate this file with the")
+	g.P("// protoc-gen-rpr of the rpr release you depend on (`go tool")
+	g.P("// protoc-gen-rpr` once rpr is a tool of your module).")
+	g.P("const _ = ", tunnelPackage.Ident("SupportPackageIsVersion3"))
 	for _, s := range services {
 		g.P()
 		genService(g, file, s)
@@ -144,7 +141,7 @@ func genClient(g *protogen.GeneratedFile, s *service) {
 	)
 	g.P("type ", n.clientInterface, " interface {")
 	for _, m := range s.methods {
-		writeDoc(g, protoComment(m.Comments.Leading), asyncClientDoc(m), deprecatedIf(m.opts.Deprecated))
+		writeDoc(g, protoComment(m.Comments.Leading), asyncClientDoc(m), streamClientDoc(m), deprecatedIf(m.opts.Deprecated))
 		g.P(clientSignature(g, m))
 	}
 	g.P("}")
@@ -165,6 +162,10 @@ func genClient(g *protogen.GeneratedFile, s *service) {
 	g.P()
 
 	for i, m := range s.methods {
+		if m.kind != unary {
+			genStreamClientMethod(g, s, m, i)
+			continue
+		}
 		g.P("func (c ", n.clientImpl, ") ", clientSignature(g, m), " {")
 		if m.opts.Async {
 			g.P("return c.cc.Enqueue(ctx, &", n.serviceDesc, ".Methods[", i, "], in, opts...)")
@@ -183,8 +184,12 @@ func genClient(g *protogen.GeneratedFile, s *service) {
 }
 
 // clientSignature is a client method's name, parameters and results. An
-// async method returns a receipt instead of a reply.
+// async method returns a receipt instead of a reply, a streaming method a
+// stream.
 func clientSignature(g *protogen.GeneratedFile, m *method) string {
+	if m.kind != unary {
+		return streamClientSignature(g, m)
+	}
 	// QualifiedGoIdent imports the identifier's package, so it is called
 	// only for what the code uses: an async method never names its
 	// google.protobuf.Empty output.
@@ -201,8 +206,12 @@ func clientSignature(g *protogen.GeneratedFile, m *method) string {
 }
 
 // serverSignature is a server method's name, parameters and results. An
-// async method returns only an error: nobody waits for a reply.
+// async method returns only an error: nobody waits for a reply. A
+// streaming method gets a stream to send and receive on.
 func serverSignature(g *protogen.GeneratedFile, m *method) string {
+	if m.kind != unary {
+		return streamServerSignature(g, m)
+	}
 	results := "error"
 	if !m.opts.Async {
 		results = "(*" + g.QualifiedGoIdent(m.Output.GoIdent) + ", error)"
@@ -243,7 +252,7 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 	)
 	g.P("type ", n.serverInterface, " interface {")
 	for _, m := range s.methods {
-		writeDoc(g, protoComment(m.Comments.Leading), asyncServerDoc(m), deprecatedIf(m.opts.Deprecated))
+		writeDoc(g, protoComment(m.Comments.Leading), asyncServerDoc(m), streamServerDoc(m), deprecatedIf(m.opts.Deprecated))
 		g.P(serverSignature(g, m))
 	}
 	g.P(n.mustEmbed, "()")
@@ -259,8 +268,9 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 	g.P()
 	for _, m := range s.methods {
 		g.P("func (", n.unimplemented, ") ", serverSignature(g, m), " {")
+		// Async and streaming methods return only an error.
 		results := "nil, "
-		if m.opts.Async {
+		if m.opts.Async || m.kind != unary {
 			results = ""
 		}
 		g.P("return ", results, tunnelPackage.Ident("Errorf"), "(", tunnelPackage.Ident("Unimplemented"), ", ",
@@ -280,6 +290,12 @@ func genServer(g *protogen.GeneratedFile, s *service) {
 	g.P(n.mustEmbed, "()")
 	g.P("}")
 	g.P()
+
+	for _, m := range s.methods {
+		if m.kind != unary {
+			genStreamServerAlias(g, s, m)
+		}
+	}
 }
 
 func genRegister(g *protogen.GeneratedFile, file *protogen.File, s *service) {
@@ -311,15 +327,23 @@ func genRegister(g *protogen.GeneratedFile, file *protogen.File, s *service) {
 	g.P()
 }
 
-// genHandlers writes one tunnel.MethodHandler per method: decode the request,
-// then call the implementation directly or through the interceptor. An async
-// method's handler returns a nil reply with the implementation's error (the
-// server discards replies of async methods).
+// genHandlers writes one handler per method. A unary or async method's
+// tunnel.MethodHandler decodes the request, then calls the implementation
+// directly or through the interceptor; an async method's handler returns a
+// nil reply with the implementation's error (the server discards replies of
+// async methods). A streaming method gets a tunnel.StreamHandler
+// (genStreamHandler).
 func genHandlers(g *protogen.GeneratedFile, s *service) {
-	ctx := g.QualifiedGoIdent(contextPackage.Ident("Context"))
-	message := g.QualifiedGoIdent(protoPackage.Ident("Message"))
-	interceptor := g.QualifiedGoIdent(tunnelPackage.Ident("UnaryServerInterceptor"))
 	for _, m := range s.methods {
+		if m.kind != unary {
+			genStreamHandler(g, s, m)
+			continue
+		}
+		// Named here, not before the loop, so that a service of streaming
+		// methods only does not import packages it does not use.
+		ctx := g.QualifiedGoIdent(contextPackage.Ident("Context"))
+		message := g.QualifiedGoIdent(protoPackage.Ident("Message"))
+		interceptor := g.QualifiedGoIdent(tunnelPackage.Ident("UnaryServerInterceptor"))
 		in := g.QualifiedGoIdent(m.Input.GoIdent)
 		call := "srv.(" + s.names.serverInterface + ")." + m.GoName
 		if m.opts.Async {
@@ -397,7 +421,17 @@ func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) 
 		if m.opts.Async {
 			g.P("Async: true,")
 		}
-		g.P("Handler: ", m.names.handler, ",")
+		if m.kind == unary {
+			g.P("Handler: ", m.names.handler, ",")
+		} else {
+			if m.Desc.IsStreamingClient() {
+				g.P("ClientStreams: true,")
+			}
+			if m.Desc.IsStreamingServer() {
+				g.P("ServerStreams: true,")
+			}
+			g.P("StreamHandler: ", m.names.handler, ",")
+		}
 		g.P("},")
 	}
 	g.P("},")
@@ -470,79 +504,3 @@ func durationExpr(g *protogen.GeneratedFile, d time.Duration) string {
 	}
 	panic("unreachable: every duration is a whole number of nanoseconds")
 }
-
-// writeDoc writes a Go doc comment made of paragraphs, separated by empty
-// "//" lines. A paragraph may span several lines. Empty
-// paragraphs are left out, so optional parts (a proto comment, a deprecation
-// notice) can be passed unconditionally; with none left, it writes nothing.
-func writeDoc(g *protogen.GeneratedFile, paragraphs ...string) {
-	first := true
-	for _, p := range paragraphs {
-		if p == "" {
-			continue
-		}
-		if !first {
-			g.P("//")
-		}
-		first = false
-		for _, line := range strings.Split(p, "\n") {
-			if line == "" {
-				g.P("//")
-			} else {
-				g.P("// ", line)
-			}
-		}
-	}
-}
-
-// paragraph formats a paragraph of generated documentation, wrapped to fit
-// an 80-column line after "// " (names are long; proto comments are kept as
-// their author wrapped them).
-func paragraph(format string, args ...any) string {
-	const width = 77
-	var b strings.Builder
-	lineLen := 0
-	for _, word := range strings.Fields(fmt.Sprintf(format, args...)) {
-		switch {
-		case lineLen == 0:
-		case lineLen+1+len(word) > width:
-			b.WriteString("\n")
-			lineLen = 0
-		default:
-			b.WriteString(" ")
-			lineLen++
-		}
-		b.WriteString(word)
-		lineLen += len(word)
-	}
-	return b.String()
-}
-
-// protoComment turns a comment from a .proto file into a doc comment
-// paragraph: without the one space that usually follows "//" (the
-// indentation of the lines after it is kept), trailing spaces and empty
-// lines at either end.
-func protoComment(c protogen.Comments) string {
-	ls := strings.Split(string(c), "\n")
-	for i, l := range ls {
-		ls[i] = strings.TrimRight(strings.TrimPrefix(l, " "), " \t")
-	}
-	for len(ls) > 0 && ls[0] == "" {
-		ls = ls[1:]
-	}
-	for len(ls) > 0 && ls[len(ls)-1] == "" {
-		ls = ls[:len(ls)-1]
-	}
-	return strings.Join(ls, "\n")
-}
-
-// deprecatedIf returns the deprecation paragraph when cond holds, else "".
-func deprecatedIf(cond bool) string {
-	if cond {
-		return deprecated
-	}
-	return ""
-}
-
-// quote returns s as a Go string literal.
-func quote(s string) string { return strconv.Quote(s) }

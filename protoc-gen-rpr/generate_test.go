@@ -33,6 +33,8 @@ var validFiles = []string{
 	"rprtest/context/context.proto",
 	"rprtest/editions/v1/editions.proto",
 	"rprtest/names/v1/names.proto",
+	"rprtest/streaming/v1/names.proto",
+	"rprtest/streaming/v1/streaming.proto",
 	"rprtest/tunnel/tunnel.proto",
 }
 
@@ -223,6 +225,8 @@ func TestPathsImport(t *testing.T) {
 		"example.com/rprtest/basic/v1/basic_rpr.pb.go",
 		"example.com/rprtest/editions/v1/editions_rpr.pb.go",
 		"example.com/rprtest/names/v1/names_rpr.pb.go",
+		"example.com/rprtest/streaming/v1/names_rpr.pb.go",
+		"example.com/rprtest/streaming/v1/streaming_rpr.pb.go",
 	}
 	if got := sortedKeys(imports); !slices.Equal(got, wantNames) {
 		t.Fatalf("paths=import generated %q, want %q", got, wantNames)
@@ -258,11 +262,13 @@ func TestRefused(t *testing.T) {
 		{
 			file: "rprtest/bad/v1/streaming.proto",
 			want: []string{
-				"protoc-gen-rpr: rprtest.bad.v1.Streams/Upload is a streaming method; rpr supports unary methods only (remove the stream keyword or move it to a gRPC service)",
-				"protoc-gen-rpr: rprtest.bad.v1.Streams/Watch is a streaming method",
-				"protoc-gen-rpr: rprtest.bad.v1.Streams/Chat is a streaming method",
-				"protoc-gen-rpr: rprtest.bad.v1.Streams/Feed is a streaming method",
+				"protoc-gen-rpr: rprtest.bad.v1.Streams/Feed is marked (rpr.v1.method).async but is a client-streaming method; an async request waits in a queue with no caller attached, so no stream can cross it: drop async to make it a streaming call, or remove the stream keyword to make it an async method (which returns google.protobuf.Empty)",
+				"protoc-gen-rpr: rprtest.bad.v1.Streams/Tail is marked (rpr.v1.method).async but is a server-streaming method;",
+				"protoc-gen-rpr: rprtest.bad.v1.Streams/Talk is marked (rpr.v1.method).async but is a bidirectional streaming method;",
 			},
+			// Streaming methods that are not async are fine; Talk's
+			// reply is not the problem to report.
+			notWant: []string{"Streams/Unary", "Streams/Upload", "Streams/Watch", "Streams/Chat", "StringValue"},
 		},
 		{
 			file: "rprtest/bad/v1/async.proto",
@@ -287,6 +293,9 @@ func TestRefused(t *testing.T) {
 			want: []string{
 				"protoc-gen-rpr: method rprtest.bad.v1.A_B/C and method rprtest.bad.v1.A/B_C both need the Go name _A_B_C_Handler",
 				"protoc-gen-rpr: message rprtest.bad.v1.FooClient and service rprtest.bad.v1.Foo both need the Go name FooClient",
+				"protoc-gen-rpr: service rprtest.bad.v1.Feed_Watch and method rprtest.bad.v1.Feed/Watch both need the Go name Feed_WatchClient in package \"example.com/rprtest/bad/v1/clash\"; rename one of them",
+				"protoc-gen-rpr: service rprtest.bad.v1.Feed_Watch and method rprtest.bad.v1.Feed/Watch both need the Go name Feed_WatchServer",
+				"protoc-gen-rpr: message rprtest.bad.v1.Tail_LinesServer and method rprtest.bad.v1.Tail/Lines both need the Go name Tail_LinesServer",
 			},
 		},
 	}
@@ -317,8 +326,9 @@ func TestRefused(t *testing.T) {
 // in both path modes, into a module that uses this repository's tunnel
 // package, and runs go build and go vet on it. In source_relative mode it
 // also runs testdata/compilecheck, which exercises registration (the panic
-// for a nil embedded Unimplemented server), the handlers and the service
-// descriptors.
+// for a nil embedded Unimplemented server), the handlers, the service
+// descriptors, and the streaming methods over an in-process fake of
+// tunnel.ClientConn, tunnel.ClientStream and tunnel.ServerStream.
 func TestGeneratedCodeCompiles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds Go code; skipped with -short")
@@ -350,17 +360,23 @@ func TestGeneratedCodeCompiles(t *testing.T) {
 			writeFiles(t, module, map[string]string{"go.mod": goMod, "go.sum": string(goSum)})
 			runChecks := tt.parameter == "paths=source_relative"
 			if runChecks {
-				check, err := os.ReadFile(filepath.Join("testdata", "compilecheck", "check_test.go"))
-				if err != nil {
-					t.Fatal(err)
+				checks, err := filepath.Glob(filepath.Join("testdata", "compilecheck", "*_test.go"))
+				if err != nil || len(checks) == 0 {
+					t.Fatalf("no testdata/compilecheck/*_test.go: %v", err)
 				}
-				writeFiles(t, module, map[string]string{"compilecheck/check_test.go": string(check)})
+				for _, path := range checks {
+					check, err := os.ReadFile(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					writeFiles(t, module, map[string]string{"compilecheck/" + filepath.Base(path): string(check)})
+				}
 			}
 
 			goCommand(t, module, "build", "./...")
 			goCommand(t, module, "vet", "./...")
 			if runChecks {
-				goCommand(t, module, "test", "./compilecheck")
+				goCommand(t, module, "test", "-race", "-count=1", "./compilecheck")
 			}
 		})
 	}

@@ -5,20 +5,30 @@
 // Go package as <file>.pb.go. For a service Greeter that file declares
 //
 //   - Greeter_<Method>_FullMethodName constants ("pkg.Greeter/Method"),
-//   - GreeterClient and NewGreeterClient(*tunnel.Client),
+//   - GreeterClient and NewGreeterClient(tunnel.ClientConn),
 //   - GreeterServer, UnimplementedGreeterServer (to embed by value),
 //     UnsafeGreeterServer and RegisterGreeterServer,
+//   - for each streaming method, the aliases Greeter_<Method>Client and
+//     Greeter_<Method>Server of its stream types,
 //   - Greeter_ServiceDesc, the tunnel.ServiceDesc with each method's
-//     timeout, idempotency, retry policy, business code, async flag and
-//     backlog cap from the .proto options.
+//     timeout, idempotency, retry policy, business code, async flag, stream
+//     kind and backlog cap from the .proto options.
 //
-// Methods are unary or, when marked (rpr.v1.method).async, fire-and-forget:
+// Methods are unary; or, when marked (rpr.v1.method).async, fire-and-forget:
 // an async method must return google.protobuf.Empty; its client method
 // returns a tunnel.Receipt once the request is queued (tunnel.Client.Enqueue)
-// and its server method returns only an error. Streaming methods, async
-// methods with another output type and malformed rpr options make the
-// plugin fail with a message that names the method or service and says what
-// to change.
+// and its server method returns only an error; or streaming, in the shape
+// of grpc-go's generated code: a server-streaming method Watch(Req) returns
+// (stream Res) gives the client
+//
+//	Watch(ctx, *Req, ...tunnel.CallOption) (tunnel.ServerStreamingClient[Res], error)
+//
+// and the server Watch(*Req, tunnel.ServerStreamingServer[Res]) error;
+// client-streaming and bidirectional methods likewise use
+// tunnel.ClientStreamingClient/Server and tunnel.BidiStreamingClient/Server.
+// Async streaming methods, async methods with another output type and
+// malformed rpr options make the plugin fail with a message that names the
+// method or service and says what to change.
 //
 // Run it through buf (see buf.gen.yaml at the repository root):
 //

@@ -11,8 +11,8 @@ package main
 // (which start with "file_" and end in suffixes such as "_rawDesc").
 //
 // Known limit: where the generated functions name a message type, the local
-// names c, ctx, in, opts, out, srv, decode, interceptor, info and req are in
-// scope. A message from a Go package whose import path ends in one of those
+// names c, ctx, in, opts, out, srv, decode, interceptor, info, req, stream
+// and err are in scope. A message from a Go package whose import path ends in one of those
 // (".../in") is then shadowed, and the code does not compile.
 // protoc-gen-go-grpc has the same limit.
 
@@ -45,6 +45,13 @@ type serviceNames struct {
 type methodNames struct {
 	fullMethodConst string // Greeter_SayHello_FullMethodName
 	handler         string // _Greeter_SayHello_Handler
+
+	// A streaming method also gets the names grpc-go gave its client's and
+	// its handler's stream before it had generic stream types, as aliases
+	// of the generic ones: Greeter_SayHelloClient and
+	// Greeter_SayHelloServer. They are "" for a unary method.
+	clientStream string
+	serverStream string
 }
 
 // embeddedByValueMethod is the method of every Unimplemented server type that
@@ -70,10 +77,24 @@ func namesOfService(s *protogen.Service) serviceNames {
 }
 
 func namesOfMethod(s *protogen.Service, m *protogen.Method) methodNames {
-	return methodNames{
+	n := methodNames{
 		fullMethodConst: s.GoName + "_" + m.GoName + "_FullMethodName",
 		handler:         "_" + s.GoName + "_" + m.GoName + "_Handler",
 	}
+	if kindOf(m) != unary {
+		n.clientStream = s.GoName + "_" + m.GoName + "Client"
+		n.serverStream = s.GoName + "_" + m.GoName + "Server"
+	}
+	return n
+}
+
+// packageLevel lists the names a method declares at package level.
+func (n methodNames) packageLevel() []string {
+	names := []string{n.fullMethodConst, n.handler}
+	if n.clientStream != "" {
+		names = append(names, n.clientStream, n.serverStream)
+	}
+	return names
 }
 
 // packageLevel lists the names a service declares at package level.
@@ -93,7 +114,8 @@ func unexport(s string) string {
 // checkNameClashes reports each package-level name that the services to
 // generate would declare twice in one Go package: two services' names (service
 // "A_B" with method "C" and service "A" with method "B_C" both give
-// _A_B_C_Handler), or a service's name and one protoc-gen-go declares for a
+// _A_B_C_Handler; service "A_B" and streaming method "B" of service "A" both
+// give A_BClient), or a service's name and one protoc-gen-go declares for a
 // message, enum or extension of the package (service "Greeter" and message
 // "GreeterClient"). Without this check such input gives Go code that does not
 // compile, with an error that does not say which proto names to change.
@@ -106,7 +128,8 @@ func checkNameClashes(gen *protogen.Plugin) []error {
 			taken[pkg] = map[string]string{}
 		}
 		if first, ok := taken[pkg][name]; ok {
-			return fmt.Errorf("protoc-gen-rpr: %s and %s both need the Go name %s in package %q; rename one of them", first, by, name, pkg)
+			// A GoImportPath prints quoted.
+			return fmt.Errorf("protoc-gen-rpr: %s and %s both need the Go name %s in package %s; rename one of them", first, by, name, pkg)
 		}
 		taken[pkg][name] = by
 		return nil
@@ -143,8 +166,7 @@ func checkNameClashes(gen *protogen.Plugin) []error {
 			}
 			for _, m := range s.Methods {
 				by := "method " + fullMethodName(m)
-				n := namesOfMethod(s, m)
-				for _, name := range []string{n.fullMethodConst, n.handler} {
+				for _, name := range namesOfMethod(s, m).packageLevel() {
 					if err := declare(f.GoImportPath, name, by); err != nil {
 						errs = append(errs, err)
 					}

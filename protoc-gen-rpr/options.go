@@ -24,6 +24,30 @@ type method struct {
 	opts     protoopts.Method
 	names    methodNames
 	fullName string // "pkg.Service/Method"
+	kind     streamKind
+}
+
+// streamKind says which sides of a method stream.
+type streamKind int
+
+const (
+	unary           streamKind = iota // neither side streams (async methods too)
+	serverStreaming                   // rpc Watch(Req) returns (stream Res)
+	clientStreaming                   // rpc Upload(stream Req) returns (Res)
+	bidiStreaming                     // rpc Chat(stream Req) returns (stream Res)
+)
+
+// kindOf returns the stream kind of m.
+func kindOf(m *protogen.Method) streamKind {
+	switch client, server := m.Desc.IsStreamingClient(), m.Desc.IsStreamingServer(); {
+	case client && server:
+		return bidiStreaming
+	case client:
+		return clientStreaming
+	case server:
+		return serverStreaming
+	}
+	return unary
 }
 
 // loadService reads and checks the options of s and its methods. It returns
@@ -53,15 +77,18 @@ func loadService(s *protogen.Service) (*service, error) {
 // loadMethod reads and checks the options of m, a method of a service whose
 // options are svc.
 func loadMethod(m *protogen.Method, svc protoopts.Service) (*method, error) {
-	name := protoopts.FullMethodName(m.Desc)
-	if m.Desc.IsStreamingClient() || m.Desc.IsStreamingServer() {
-		return nil, fmt.Errorf("protoc-gen-rpr: %s is a streaming method; rpr supports unary methods only (remove the stream keyword or move it to a gRPC service)", name)
-	}
+	// ReadMethod refuses async methods that stream.
 	opts, err := protoopts.ReadMethod(m.Desc, svc)
 	if err != nil {
 		return nil, prefixed(err)
 	}
-	return &method{Method: m, opts: opts, names: namesOfMethod(m.Parent, m), fullName: name}, nil
+	return &method{
+		Method:   m,
+		opts:     opts,
+		names:    namesOfMethod(m.Parent, m),
+		fullName: protoopts.FullMethodName(m.Desc),
+		kind:     kindOf(m),
+	}, nil
 }
 
 // prefixed puts the plugin's name in front of each of err's problems.

@@ -110,6 +110,9 @@ const maxIdempotencyKeyBytes = 256
 // Any other error means the request may or may not be queued: enqueueing
 // again with the same idempotency key (WithIdempotencyKey) is safe.
 func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Message, opts ...CallOption) (_ Receipt, err error) {
+	if err := checkUnary(method); err != nil {
+		return Receipt{}, err
+	}
 	ctx, started := c.startCall(ctx, method, opts)
 	defer func() { started.end(err) }()
 	cfg, full, rid := &started.cfg, started.full, started.rid

@@ -230,10 +230,24 @@ func (c *Client) ID() string { return c.opts.ID }
 // Invoke sends one unary call and waits for its response, filling reply.
 // Generated clients call it; errors are *Error values (see CodeOf).
 func (c *Client) Invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) error {
+	if err := checkUnary(method); err != nil {
+		return err
+	}
 	if c.interceptor != nil {
 		return c.interceptor(ctx, method, req, reply, c.invoke, opts...)
 	}
 	return c.invoke(ctx, method, req, reply, opts...)
+}
+
+// checkUnary refuses a descriptor Invoke or Enqueue cannot send.
+func checkUnary(method *MethodDesc) error {
+	switch {
+	case method == nil || method.Service == nil:
+		return notExecutedf(Internal, "rpr: a MethodDesc without a Service (regenerate the code with protoc-gen-rpr, or use MethodDescFor)")
+	case method.IsStreaming():
+		return notExecutedf(Internal, "%s is a streaming method: open it with NewStream", method.FullMethod())
+	}
+	return nil
 }
 
 // callResult is what a waiting call receives.

@@ -136,8 +136,9 @@ type clientStream struct {
 
 	mu         sync.Mutex
 	opened     bool
-	entryID    string // the open's entry, once Redis took it
-	first      []byte // a server-streaming call's request, held for the open
+	openSent   chan struct{} // closed once the open's send finished
+	entryID    string        // the open's entry, once Redis took it
+	first      []byte        // a server-streaming call's request, held for the open
 	hasFirst   bool
 	closedSend bool
 	accepted   bool
@@ -204,15 +205,21 @@ func (cs *clientStream) CloseSend() error {
 	if !cs.opened {
 		first, hasFirst := cs.first, cs.hasFirst
 		cs.mu.Unlock()
-		return cs.open(first, hasFirst, true)
+		if err := cs.open(first, hasFirst, true); !errors.Is(err, io.EOF) {
+			return err
+		}
+		return nil
 	}
 	cs.mu.Unlock()
-	return cs.queueFrame(&wire.Frame{Type: wire.FrameClose, Seq: cs.send.sentCount()})
+	if err := cs.queueFrame(&wire.Frame{Type: wire.FrameClose, Seq: cs.send.sentCount()}); !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil // the stream has ended: RecvMsg says how
 }
 
 // RecvMsg implements ClientStream.
 func (cs *clientStream) RecvMsg(m proto.Message) error {
-	if err := cs.ensureOpen(); err != nil {
+	if err := cs.ensureOpen(); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	payload, cr, err := cs.recv.pop(cs.ctx)
@@ -229,12 +236,23 @@ func (cs *clientStream) RecvMsg(m proto.Message) error {
 	if err := proto.Unmarshal(payload, m); err != nil {
 		return cs.fail(Errorf(Internal, "%s [%s]: stream message is not a valid %s: %v (are client and server built from the same .proto?)", cs.full(), cs.id(), m.ProtoReflect().Descriptor().FullName(), err), true)
 	}
+	if !cs.method.ServerStreams {
+		// A client-streaming call has one reply: read on to the end, so
+		// that its status and trailer are known when RecvMsg returns.
+		switch _, _, err := cs.recv.pop(cs.ctx); {
+		case err == nil:
+			return cs.fail(Errorf(Internal, "%s [%s]: the server sent more than one reply to a client-streaming call", cs.full(), cs.id()), true)
+		case errors.Is(err, io.EOF), errors.Is(err, errEndOfStream):
+		default:
+			return cs.recvFailed(err)
+		}
+	}
 	return nil
 }
 
 // Header implements ClientStream.
 func (cs *clientStream) Header() (Metadata, error) {
-	if err := cs.ensureOpen(); err != nil {
+	if err := cs.ensureOpen(); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	<-cs.headerC
@@ -273,16 +291,18 @@ func (cs *clientStream) ensureOpen() error {
 // when it has one, and closed when the caller sends nothing more.
 func (cs *clientStream) open(first []byte, hasFirst, closed bool) error {
 	cs.mu.Lock()
-	if cs.opened || cs.ended {
-		ended := cs.ended
+	if cs.opened || cs.ended || cs.ctx.Err() != nil {
+		ended := cs.ended || cs.ctx.Err() != nil
 		cs.mu.Unlock()
 		if ended {
-			return io.EOF
+			return io.EOF // nothing sent; RecvMsg says why
 		}
 		return nil
 	}
 	cs.opened = true
+	cs.openSent = make(chan struct{})
 	cs.mu.Unlock()
+	defer close(cs.openSent)
 	c := cs.c
 	env := &wire.Request{
 		Version:     wire.StreamVersion,
@@ -334,6 +354,9 @@ func (cs *clientStream) open(first []byte, hasFirst, closed bool) error {
 // queueFrame writes a frame to the worker's inbox once the worker has
 // accepted the stream, waiting for that.
 func (cs *clientStream) queueFrame(f *wire.Frame) error {
+	if cs.ctx.Err() != nil {
+		return io.EOF // the caller gave up or the stream ended: send nothing more
+	}
 	select {
 	case <-cs.acceptC:
 	case <-cs.ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -152,14 +153,32 @@ func (cs *clientStream) callerGaveUp(caller context.Context) {
 		cs.finish(Errorf(code, "%s after the caller received %d messages; the request may have had effects", prefix, cs.recv.received()), nil, nil)
 		return
 	}
+	cs.awaitOpenSent()
 	won, state, err := cs.arbitrate(mark)
 	switch {
 	case err != nil:
 		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (could not reach Redis to settle it: %v)", prefix, err), nil, nil)
 	case won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
 		cs.finish(notExecutedf(code, "%s before a worker took the stream; it was not executed and will not be", prefix), nil, nil)
+	case state == store.ArbiterUnknown:
+		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (Redis's reply to its open was lost)", prefix), nil, nil)
 	default:
 		cs.finish(Errorf(code, "%s as a worker took the stream; the request may have had effects", prefix), nil, nil)
+	}
+}
+
+// awaitOpenSent waits, at most arbiterBudget, for the open's send to
+// finish, so that the arbiter knows its entry id.
+func (cs *clientStream) awaitOpenSent() {
+	cs.mu.Lock()
+	sent := cs.openSent
+	cs.mu.Unlock()
+	if sent == nil {
+		return
+	}
+	select {
+	case <-sent:
+	case <-time.After(arbiterBudget):
 	}
 }
 
@@ -177,10 +196,13 @@ func (cs *clientStream) acceptTimedOut() {
 		cs.finish(notExecutedf(DeadlineExceeded, "%s: it was never sent", prefix), nil, nil)
 		return
 	}
+	cs.awaitOpenSent()
 	won, state, err := cs.arbitrate(wire.StateTimeout)
 	switch {
 	case err != nil:
 		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it since is unknown (could not reach Redis to settle it: %v)", prefix, err), nil, nil)
+	case state == store.ArbiterUnknown:
+		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it is unknown (Redis's reply to its open was lost)", prefix), nil, nil)
 	case won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
 		cs.finish(notExecutedf(DeadlineExceeded, "%s; it was not executed and will not be (are the servers overloaded? rpr stats)", prefix), nil, nil)
 	case state == wire.StateProcessing:

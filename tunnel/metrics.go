@@ -35,6 +35,9 @@ type callMetrics struct {
 	batchSize metric.Int64Histogram
 	messages  metric.Int64Counter // stream messages sent and received
 	attrs     *attributeSets
+	// streamAttrs caches the attribute sets of messages, by method and
+	// direction.
+	streamAttrs *boundedCache[[2]string, metric.AddOption]
 }
 
 // attributeSets caches the attribute sets measurements carry, by method
@@ -107,7 +110,7 @@ func (c *boundedCache[K, V]) get(key K, build func(K) V) V {
 // global MeterProvider).
 func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	meter := meterOf(mp)
-	m := callMetrics{attrs: &attributeSets{}}
+	m := callMetrics{attrs: &attributeSets{}, streamAttrs: &boundedCache[[2]string, metric.AddOption]{}}
 	var err1, err2, err3, err4 error
 	m.batchSize, err4 = meter.Int64Histogram("rpr.client.batch.size",
 		metric.WithDescription("Requests per pipeline or script call a client sends, by kind (send: unary requests; enqueue: async requests) and cause (full: cut at the batch limit; drained: all that was waiting)."),
@@ -130,7 +133,7 @@ func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 // newServerMetrics makes a Server's instruments from mp.
 func newServerMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	meter := meterOf(mp)
-	m := callMetrics{attrs: &attributeSets{}}
+	m := callMetrics{attrs: &attributeSets{}, streamAttrs: &boundedCache[[2]string, metric.AddOption]{}}
 	var err1, err2, err3, err4 error
 	m.batchSize, err4 = meter.Int64Histogram("rpr.server.batch.size",
 		metric.WithDescription("Requests per read or per completion script call, by kind (read, complete) and cause (full: cut at the batch limit; drained: all that was waiting)."),
@@ -156,8 +159,10 @@ func (m callMetrics) streamMessage(ctx context.Context, method, direction string
 	if m.messages == nil || !m.messages.Enabled(ctx) {
 		return
 	}
-	attrs := append(rpcAttributes(method), attribute.String("rpr.direction", direction))
-	m.messages.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	attrs := m.streamAttrs.get([2]string{method, direction}, func(key [2]string) metric.AddOption {
+		return metric.WithAttributeSet(attribute.NewSet(append(rpcAttributes(key[0]), attribute.String("rpr.direction", key[1]))...))
+	})
+	m.messages.Add(ctx, 1, attrs)
 }
 
 // batchBuckets are powers of two up to the largest batch rpr makes.

@@ -191,6 +191,10 @@ func (ss *serverStream) onFrame(f *wire.Frame) {
 func (r *serveRun) startStream(q *queue, req *received) {
 	s, env := r.server, req.env
 	log := s.requestLog(env)
+	if !req.method.ClientStreams && (env.Messages != 1 || !env.Closed) {
+		r.endStream(q, req, errorResponse(env.ID, Errorf(InvalidArgument, "[%s] %s is server-streaming: its open must carry its one request and close the caller's side (send one message, then CloseSend)", env.ID, env.Method)), nil, log)
+		return
+	}
 	if !r.streams.add(env.ID, nil, s.opts.MaxStreams) {
 		log.Warn("rpr: refusing a stream: this server has ServerOptions.MaxStreams open", "max_streams", s.opts.MaxStreams)
 		r.endStream(q, req, errorResponse(env.ID, Errorf(ResourceExhausted, "[%s] %s: the server runs %d streams already (ServerOptions.MaxStreams); retry later or add servers", env.ID, env.Method, s.opts.MaxStreams)), nil, log)
@@ -320,7 +324,11 @@ func (r *serveRun) endStream(q *queue, req *received, resp *wire.Response, ss *s
 	giveUp := time.Now().Add(time.Minute)
 	backoff := newBackoff(50*time.Millisecond, time.Second)
 	for {
-		call := store.NewEndStream(req.state, req.env.ReplyTo, final, stateMargin, raw)
+		var sent, received int64
+		if ss != nil {
+			sent, received = ss.send.sentCount(), ss.recv.received()
+		}
+		call := store.NewEndStream(req.state, req.env.ReplyTo, final, stateMargin, raw, sent, received)
 		err := r.runScript(&call.Call)
 		if err == nil {
 			return

@@ -130,6 +130,9 @@ func ReadMethod(md protoreflect.MethodDescriptor, svc Service) (Method, error) {
 		out.Timeout = svc.Timeout
 	}
 	if p := rpr.GetRetry(); p != nil {
+		if IsStreaming(md) {
+			return Method{}, fmt.Errorf("%s: (rpr.v1.method).retry on a %s method: streams are never retried (a stream that broke says how far it got, and its caller opens it again if that is safe); remove the option", name, StreamKind(md))
+		}
 		if out.Retry, err = retry(p, out.Async); err != nil {
 			return Method{}, fmt.Errorf("%s: (rpr.v1.method).retry: %w", name, err)
 		}

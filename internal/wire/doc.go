@@ -114,6 +114,34 @@
 // DEAD. A success leaves the state SUCCESS for the idempotency window, so
 // another request with the key is not run again.
 //
+// # Streams
+//
+// A streaming call is opened by a Request of Kind KindStream and Version
+// StreamVersion in the request stream, like a unary call: ReplyTo is the
+// caller's response stream, Deadline bounds the wait for a worker,
+// StreamDeadline the stream itself, Streams says which sides stream,
+// Window/WindowBytes is the caller's flow-control grant, and the open may
+// carry the caller's first message (Messages, Payload) and its close
+// (Closed). A worker claims it with the begin script (never as a rerun:
+// a stream is never run twice), then accepts it with the accept script,
+// which retires the open's entry and writes a FrameAccept to the caller;
+// from then on the stream belongs to that worker. Frames (see
+// FrameAccept) go to the caller's response stream and to the worker's
+// inbox, {tag}:in:<worker>, read by the worker through group "workers";
+// the worker removes what it has read (XACK, XDEL). The stream ends with
+// the server's Response on the caller's response stream (the end-stream
+// script), after every frame before it.
+//
+// A worker takes a caller as gone when the caller's response stream has
+// less than 54 s of its 60 s TTL left (it is renewed every second), and
+// ends its streams; a caller takes a worker as gone when its record in
+// {S}:workers is not live (LiveWindow). Either way the stream breaks:
+// neither side runs it again, and the caller is told how many messages it
+// received. Frames written to a Redis master but not yet replicated when
+// it fails over are lost with it; the receiver sees the gap in Seq and
+// breaks the stream with DATA_LOSS rather than skip them. With a single
+// Redis and appendfsync always, a restart loses nothing.
+//
 // # Workers, routes, limits, schema
 //
 // Every server beats every BeatInterval into {S}:workers (and T:workers of

@@ -1,5 +1,6 @@
 // Package compilecheck runs generated code. TestGeneratedCodeCompiles copies
-// it into the module it generates (it does not build in this repository).
+// its files into the module it generates (they do not build in this
+// repository).
 package compilecheck
 
 import (
@@ -241,10 +242,13 @@ func TestAsyncHandlers(t *testing.T) {
 }
 
 // fakeConn is a tunnel.ClientConn that answers in process, as a test of
-// code that uses a generated client would: it records each call and
-// fills unary replies itself.
+// code that uses a generated client would: it records each call, fills
+// unary replies itself and runs streaming calls with impl (NewStream).
 type fakeConn struct {
 	calls []string
+
+	t    *testing.T // for the cleanup of streams
+	impl any        // the server implementation streams run with
 }
 
 func (f *fakeConn) Invoke(_ context.Context, method *tunnel.MethodDesc, req, reply proto.Message, _ ...tunnel.CallOption) error {

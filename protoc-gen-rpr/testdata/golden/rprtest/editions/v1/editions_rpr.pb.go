@@ -14,13 +14,14 @@ import (
 	time "time"
 )
 
-// This file is written for version 2 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel. If the line below fails to
-// compile, this file and your tunnel package disagree: regenerate it with
-// the protoc-gen-rpr of the rpr release you depend on (`go tool
-// protoc-gen-rpr` once rpr is a tool of your module), or upgrade rpr with
-// `go get github.com/rprtunnel/rpr@latest`.
-const _ = tunnel.SupportPackageIsVersion2
+// This file is written for version 3 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
+// methods. If the line below fails to compile, your tunnel package is
+// older than this file: upgrade rpr with `go get
+// github.com/rprtunnel/rpr@latest`, or regenerate this file with the
+// protoc-gen-rpr of the rpr release you depend on (`go tool
+// protoc-gen-rpr` once rpr is a tool of your module).
+const _ = tunnel.SupportPackageIsVersion3
 
 // Full names of the rprtest.editions.v1.Counter methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
