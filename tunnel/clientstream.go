@@ -223,6 +223,12 @@ func (cs *clientStream) RecvMsg(m proto.Message) error {
 		return err
 	}
 	payload, cr, err := cs.recv.pop(cs.ctx)
+	if err != nil && cs.ctx.Err() != nil {
+		// The stream's context ended: its end is being recorded, and what
+		// arrived before it still comes first.
+		<-cs.endedC
+		payload, cr, err = cs.recv.pop(context.Background())
+	}
 	if err != nil {
 		return cs.recvFailed(err)
 	}
@@ -239,7 +245,12 @@ func (cs *clientStream) RecvMsg(m proto.Message) error {
 	if !cs.method.ServerStreams {
 		// A client-streaming call has one reply: read on to the end, so
 		// that its status and trailer are known when RecvMsg returns.
-		switch _, _, err := cs.recv.pop(cs.ctx); {
+		_, _, err := cs.recv.pop(cs.ctx)
+		if err != nil && cs.ctx.Err() != nil {
+			<-cs.endedC
+			_, _, err = cs.recv.pop(context.Background())
+		}
+		switch {
 		case err == nil:
 			return cs.fail(Errorf(Internal, "%s [%s]: the server sent more than one reply to a client-streaming call", cs.full(), cs.id()), true)
 		case errors.Is(err, io.EOF), errors.Is(err, errEndOfStream):
@@ -398,19 +409,10 @@ func (cs *clientStream) sendFailed(err error) error {
 	return cs.fail(Errorf(Unavailable, "%s [%s]: %v", cs.full(), cs.id(), err), true)
 }
 
-// recvFailed turns the end of the receiving side into RecvMsg's error.
+// recvFailed turns the end of the receiving side into RecvMsg's error:
+// io.EOF for a clean end, else the stream's status.
 func (cs *clientStream) recvFailed(err error) error {
 	if errors.Is(err, errEndOfStream) {
-		return io.EOF
-	}
-	if cs.ctx.Err() != nil && !errors.Is(err, io.EOF) {
-		// The caller's context ended: callerGaveUp records the end.
-		<-cs.endedC
-		cs.mu.Lock()
-		defer cs.mu.Unlock()
-		if cs.status != nil {
-			return cs.status
-		}
 		return io.EOF
 	}
 	return err

@@ -87,7 +87,7 @@ func (cs *clientStream) onEnd(resp *wire.Response) {
 // stop (its handler's context is cancelled).
 func (cs *clientStream) fail(err error, tellServer bool) error {
 	if cs.finish(err, nil, err) && tellServer {
-		go cs.cancelServer()
+		cs.c.wg.Go(cs.cancelServer)
 	}
 	return err
 }
@@ -108,13 +108,13 @@ func (cs *clientStream) finish(status error, trailer Metadata, recvEnd error) bo
 	if !cs.accepted {
 		close(cs.acceptC)
 	}
-	close(cs.endedC)
 	cs.mu.Unlock()
 	if status != nil {
 		recvEnd = status
 	}
 	cs.recv.finish(recvEnd)
 	cs.send.fail(io.EOF)
+	close(cs.endedC) // after the buffer knows its end: see RecvMsg
 	cs.acceptTimer.Stop()
 	cs.stopWatch()
 	cs.svc.removeStream(cs.id())
@@ -149,7 +149,7 @@ func (cs *clientStream) callerGaveUp(caller context.Context) {
 	if accepted {
 		// The server runs it: stop its handler (its own deadline ends it
 		// too when that is what passed).
-		go cs.cancelServer()
+		cs.c.wg.Go(cs.cancelServer)
 		cs.finish(Errorf(code, "%s after the caller received %d messages; the request may have had effects", prefix, cs.recv.received()), nil, nil)
 		return
 	}
