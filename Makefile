@@ -1,11 +1,19 @@
 # rpr - build, lint and test entry points. `make test` is what CI runs
 # (.ci/run); it needs only Go, git and apt-get (for redis-server).
 #
-#   make test       ensure redis-server, lint, check gen/ for drift, go test -race
-#   make lint       gofmt check, go vet, buf lint
+#   make test       ensure redis-server, lint, check gen/ for drift, build each
+#                   module on its own, go test -race every module
+#   make lint       gofmt check, go vet, staticcheck, buf lint
 #   make generate   regenerate gen/ from proto/ (buf + protoc-gen-go + protoc-gen-rpr)
-#   make bench      go benchmarks of tunnel/
+#   make bench      go benchmarks of tunnel/ and internal/oteltest/
 #   make demo       the two-network demo (go run ./cmd/rpr demo)
+#
+# The repository is several Go modules: the runtime (the root), the CLI
+# (cmd/rpr) and modules that exist to keep test-only dependencies out of
+# the runtime's go.mod. go.work ties them together for development; every
+# target covers all of them (MODULES, read from go.work). tools/ and bench/
+# are modules too, but stay out of go.work: their dependencies must not
+# change the versions the runtime is built and tested with.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -15,19 +23,25 @@ SHELL := /bin/bash
 .NOTPARALLEL:
 
 GO ?= go
-# buf and protoc-gen-go are pinned in tools/go.mod, away from the library's go.mod.
-BUF := $(GO) tool -modfile=tools/go.mod buf
+# buf, protoc-gen-go and staticcheck are pinned in tools/go.mod, away from
+# the library's go.mod. -modfile cannot be used in workspace mode: tools run
+# with GOWORK=off (buf's plugins inherit it, so protoc-gen-rpr is built from
+# the runtime's own go.mod).
+TOOL := GOWORK=off $(GO) tool -modfile=tools/go.mod
+BUF := $(TOOL) buf
 TEST_FLAGS ?= -race -count=1 -timeout 12m
-PKGS ?= ./...
+# The workspace's modules, as go.work lists them (".", "./cmd/rpr", ...).
+MODULES := $(shell $(GO) work edit -json | sed -n 's/^[[:space:]]*"DiskPath": "\(.*\)".*/\1/p')
+PKGS ?= $(addsuffix /...,$(MODULES))
 
-.PHONY: test ensure-redis lint fmt-check vet buf-lint generate gen-check go-test bench demo
+.PHONY: test ensure-redis lint fmt-check vet staticcheck buf-lint generate gen-check modules go-test bench demo
 
-test: ensure-redis lint gen-check go-test
+test: ensure-redis lint gen-check modules go-test
 
 ensure-redis:
 	scripts/ensure-redis.sh
 
-lint: fmt-check vet buf-lint
+lint: fmt-check vet staticcheck buf-lint
 
 # Every .go file git knows of, or would add (tracked + untracked, not ignored).
 fmt-check:
@@ -40,6 +54,11 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+
+# staticcheck is built from tools/go.mod (GOWORK=off) and then run in the
+# workspace, over every module at once. It skips generated files (gen/).
+staticcheck:
+	@sc=$$($(TOOL) -n staticcheck); set -x; "$$sc" $(PKGS)
 
 buf-lint:
 	$(BUF) lint
@@ -59,11 +78,38 @@ gen-check: generate
 	fi; \
 	echo "gen/: no drift"
 
+# Each module builds and vets from its own go.mod, as it does for a user
+# (GOWORK=off: no other module of the workspace fills a gap in it). Then
+# the runtime's check: the workspace, which go-test runs in, must select
+# for the runtime's packages and tests the very versions the runtime's
+# go.mod selects on its own; another module requiring a newer version of
+# a shared dependency would otherwise test the runtime with that one.
+# (Commands go to a temporary directory: `go build ./...` of a module whose
+# only package is a command would write it into the work tree.)
+modules:
+	@bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	for m in $(MODULES); do \
+		echo "+ (cd $$m && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) vet ./...)"; \
+		(cd "$$m"; out=(); \
+		 if [ -n "$$(GOWORK=off $(GO) list -f '{{if eq .Name "main"}}main{{end}}' ./...)" ]; then out=(-o "$$bin/"); fi; \
+		 GOWORK=off $(GO) build "$${out[@]}" ./... && GOWORK=off $(GO) vet ./...); \
+	done
+	@list='{{with .Module}}{{.Path}} {{.Version}}{{end}}'; \
+	alone=$$(GOWORK=off $(GO) list -deps -test -f "$$list" ./... | sort -u); \
+	work=$$($(GO) list -deps -test -f "$$list" ./... | sort -u); \
+	if [ "$$alone" != "$$work" ]; then \
+		echo "go.work selects other versions for the runtime than its go.mod does (< go.mod alone, > go.work):"; \
+		diff <(echo "$$alone") <(echo "$$work") || true; \
+		echo "raise them in the root go.mod (go get MODULE@VERSION) or lower them in the module that requires them"; \
+		exit 1; \
+	fi; \
+	echo "modules: each builds alone; the runtime's dependency versions are the same in go.work"
+
 go-test:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./tunnel/...
+	$(GO) test -run '^$$' -bench . -benchmem ./tunnel/... ./internal/oteltest/...
 
 demo:
 	$(GO) run ./cmd/rpr demo

@@ -78,6 +78,8 @@ var buildImage = sync.OnceValues(func() (*descriptorpb.FileDescriptorSet, error)
 	config := `{"version":"v2","modules":[{"path":"proto"},{"path":"protoc-gen-rpr/testdata/proto"}]}`
 	cmd := exec.Command("go", "tool", "-modfile=tools/go.mod", "buf", "build", ".", "--config", config, "-o", out)
 	cmd.Dir = root
+	// -modfile cannot be used in workspace mode (the repository's go.work).
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("buf build: %v\n%s", err, output)
 	}

@@ -183,8 +183,7 @@ func protocGenGoNames(f *protogen.File) map[string]string {
 	names := map[string]string{
 		f.GoDescriptorIdent.GoName: "file " + f.Desc.Path(),
 	}
-	var addEnum func(e *protogen.Enum)
-	addEnum = func(e *protogen.Enum) {
+	addEnum := func(e *protogen.Enum) {
 		by := "enum " + string(e.Desc.FullName())
 		names[e.GoIdent.GoName] = by
 		names[e.GoIdent.GoName+"_name"] = by

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -390,8 +391,8 @@ func TestDeadLettersReplayAfterFix(t *testing.T) {
 	}
 	waitFor(t, "five dead letters", func() bool { return len(w.deadLetters()) == n })
 
-	dlq := tunnel.NewDeadLetterQueue(w.rdb, "", jobsService)
-	letters, err := dlq.List(context.Background(), tunnel.DeadLetterFilter{Method: "Do", Code: tunnel.Unavailable}, 0)
+	dlq := admin.New(w.rdb, admin.Options{}).Service(jobsService).DeadLetters()
+	letters, err := dlq.List(context.Background(), admin.DeadLetterFilter{Method: "Do", Code: tunnel.Unavailable}, 0)
 	if err != nil || len(letters) != n {
 		t.Fatalf("List: %d letters, %v; want %d", len(letters), err, n)
 	}

@@ -12,11 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rprtunnel/rpr/internal/redisinfo"
@@ -32,36 +27,20 @@ import (
 //
 // With RPR_BENCH_COMMANDSTATS=1 (and -v) it also logs Redis's per-command
 // statistics and CPU time, to see where Redis spends its time.
-func BenchmarkUnaryEcho(b *testing.B) { benchmarkEcho(b, nil, nil) }
-
-// BenchmarkUnaryEchoTraced is BenchmarkUnaryEcho with tracing on: every
-// call sampled, spans batched to an exporter that drops them. Compare the
-// two in one run to see what tracing costs.
-func BenchmarkUnaryEchoTraced(b *testing.B) {
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithSampler(sdktrace.AlwaysSample()),
-		sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-	defer tp.Shutdown(context.Background())
-	benchmarkEcho(b, tp, nil)
-}
-
-// BenchmarkUnaryEchoMetered is BenchmarkUnaryEcho with the metrics SDK
-// recording every instrument (read by a manual reader, as a Prometheus
-// scrape would).
-func BenchmarkUnaryEchoMetered(b *testing.B) {
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	defer mp.Shutdown(context.Background())
-	benchmarkEcho(b, nil, mp)
-}
-
-func benchmarkEcho(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvider) {
+//
+// The same benchmark with the tracing and the metrics SDK on
+// (BenchmarkUnaryEchoTraced, BenchmarkUnaryEchoMetered) is in module
+// github.com/rprtunnel/rpr/internal/oteltest, which, unlike the runtime's
+// module, may require the SDK; it runs its own BenchmarkUnaryEcho as their
+// baseline.
+func BenchmarkUnaryEcho(b *testing.B) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
 	sent := &commandCounter{}
 	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
-	startEchoServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet, TracerProvider: tp, MeterProvider: mp})
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet, TracerProvider: tp, MeterProvider: mp})
+	startEchoServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,8 +1,6 @@
 package tunnel
 
 import (
-	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -21,11 +19,6 @@ func (c *redisClock) observe(redisNow, sent, received time.Time) {
 	c.offset.Store(int64(redisNow.Sub(mid)))
 }
 
-// now returns the current time on Redis's clock.
-func (c *redisClock) now() time.Time {
-	return time.Now().Add(time.Duration(c.offset.Load()))
-}
-
 // toLocal converts unix milliseconds on Redis's clock to local time.
 func (c *redisClock) toLocal(redisMillis int64) time.Time {
 	return time.UnixMilli(redisMillis).Add(-time.Duration(c.offset.Load()))
@@ -34,25 +27,4 @@ func (c *redisClock) toLocal(redisMillis int64) time.Time {
 // toRedis converts a local time to unix milliseconds on Redis's clock.
 func (c *redisClock) toRedis(local time.Time) int64 {
 	return local.Add(time.Duration(c.offset.Load())).UnixMilli()
-}
-
-// parseRedisTime reads a TIME reply passed through a Lua script: two
-// strings, seconds and microseconds.
-func parseRedisTime(v any) (time.Time, error) {
-	parts, ok := v.([]any)
-	if !ok || len(parts) != 2 {
-		return time.Time{}, fmt.Errorf("want a TIME reply {seconds, microseconds}, got %v", v)
-	}
-	var n [2]int64
-	for i, p := range parts {
-		s, ok := p.(string)
-		var err error
-		if ok {
-			n[i], err = strconv.ParseInt(s, 10, 64)
-		}
-		if !ok || err != nil {
-			return time.Time{}, fmt.Errorf("want a TIME reply {seconds, microseconds}, got %v", v)
-		}
-	}
-	return time.Unix(n[0], n[1]*1000), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/internal/logcapture"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -35,7 +36,7 @@ func TestClusterEndToEnd(t *testing.T) {
 		}
 		return rdb
 	}
-	admin := open()
+	operator := open() // the operator's connection
 	defer func() {
 		for _, bad := range []string{"CROSSSLOT", "same slot", "non local key"} {
 			if lines := logs.Lines(bad); len(lines) > 0 {
@@ -70,7 +71,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	defer client.Close()
 	waitFor(t, "both lanes live", func() bool {
 		n := 0
-		for _, st := range mustLanes(t, admin) {
+		for _, st := range mustLanes(t, operator) {
 			if st.LiveWorkers > 0 {
 				n++
 			}
@@ -92,12 +93,12 @@ func TestClusterEndToEnd(t *testing.T) {
 			tag = fmt.Sprintf("%s#%d", lanesService, shard)
 		}
 		key := "rpr:v1:{" + tag + "}:req"
-		slot, err := admin.ClusterKeySlot(ctx, key).Result()
+		slot, err := operator.ClusterKeySlot(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		var inSlot int64
-		err = admin.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		err = operator.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 			n, err := node.ClusterCountKeysInSlot(ctx, int(slot)).Result()
 			if n > 0 {
 				inSlot += n
@@ -122,7 +123,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 
 	// Routes: canary calls to v2, the rest to the default lane.
-	table := tunnel.NewRouteTable(admin, "", lanesService)
+	table := lanesAdmin(operator).Routes()
 	setRoute(t, table, lanesService+"/Which", "x-canary=true => v2")
 	waitRouted(t, client, "v2", time.Now(), tunnel.WithHeader("x-canary", "true"))
 
@@ -137,10 +138,10 @@ func TestClusterEndToEnd(t *testing.T) {
 	if _, err := client.Enqueue(ctx, jobsMethod("Do"), wrapperspb.String("bad-1"), tunnel.WithIdempotencyKey("order-7")); err != nil {
 		t.Fatal(err)
 	}
-	dlq := tunnel.NewDeadLetterQueue(admin, "", jobsService)
-	var letters []tunnel.DeadLetter
+	dlq := admin.New(operator, admin.Options{}).Service(jobsService).DeadLetters()
+	var letters []admin.DeadLetter
 	waitFor(t, "the bad request dead-lettered", func() bool {
-		letters, err = dlq.List(ctx, tunnel.DeadLetterFilter{}, 0)
+		letters, err = dlq.List(ctx, admin.DeadLetterFilter{}, 0)
 		return err == nil && len(letters) == 1
 	})
 	waitFor(t, "good and delayed requests ran", func() bool { return jobsImpl.count("ok-1") == 1 && jobsImpl.count("ok-later") == 1 })
@@ -151,14 +152,14 @@ func TestClusterEndToEnd(t *testing.T) {
 	waitFor(t, "the replayed request ran", func() bool { return jobsImpl.count("bad-1") == 2 })
 
 	// A rate limit: 3 calls per minute for this caller, the 4th refused.
-	if _, err := tunnel.SetLimit(ctx, admin, "", lanesService, tunnel.LimitRule{Name: "few", Method: "*", Tier: "*", Limit: 3, Window: time.Minute}); err != nil {
+	if _, err := lanesAdmin(operator).Limits().Set(ctx, admin.LimitRule{Name: "few", Method: "*", Tier: "*", Limit: 3, Window: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the limit refuses a call", func() bool {
 		_, err := which(ctx, client, shards, tunnel.WithHeader("x-rpr-caller", "greedy"))
 		return tunnel.CodeOf(err) == tunnel.ResourceExhausted
 	})
-	if _, err := tunnel.RemoveLimit(ctx, admin, "", lanesService, "few"); err != nil {
+	if _, err := lanesAdmin(operator).Limits().Remove(ctx, "few"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -167,7 +168,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	setRoute(t, table, lanesService+"/Job", "v3")
 	waitFor(t, "jobs routed to v3", func() bool {
 		_, err := client.Enqueue(ctx, &lanesDesc(shards).Methods[1], wrapperspb.String("probe"))
-		return err == nil && laneQueued(t, admin, "v3") > 0
+		return err == nil && laneQueued(t, operator, "v3") > 0
 	})
 	for i := range 30 {
 		if _, err := client.Enqueue(ctx, &lanesDesc(shards).Methods[1], wrapperspb.String(fmt.Sprint("job-", i))); err != nil {
@@ -177,22 +178,22 @@ func TestClusterEndToEnd(t *testing.T) {
 	if _, err := table.Remove(ctx, lanesService+"/Job"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tunnel.DrainLane(ctx, admin, "", lanesService, "v3", tunnel.DefaultLane)
+	res, err := lanesAdmin(operator).Drain(ctx, "v3", tunnel.DefaultLane)
 	if err != nil || res.Left != 0 || res.Moved < 31 {
-		t.Fatalf("DrainLane = %+v, %v; want at least 31 moved, none left", res, err)
+		t.Fatalf("Drain = %+v, %v; want at least 31 moved, none left", res, err)
 	}
 	waitFor(t, "drained jobs ran", func() bool { return len(laneDefault.executed()) >= 31 })
 	// Once both lanes hold nothing, nothing is left to run (again).
 	waitFor(t, "both lanes empty", func() bool {
-		return laneQueued(t, admin, tunnel.DefaultLane) == 0 && laneQueued(t, admin, "v3") == 0
+		return laneQueued(t, operator, tunnel.DefaultLane) == 0 && laneQueued(t, operator, "v3") == 0
 	})
 	for v, n := range laneDefault.executed() {
 		if n != 1 && v != "probe" { // each probe is a request of its own
 			t.Errorf("job %s ran %d times", v, n)
 		}
 	}
-	if got, err := tunnel.ShardCount(ctx, admin, "", lanesService); err != nil || got != shards {
-		t.Errorf("ShardCount = %d, %v; want %d", got, err, shards)
+	if got, err := lanesAdmin(operator).Shards(ctx); err != nil || got != shards {
+		t.Errorf("Shards = %d, %v; want %d", got, err, shards)
 	}
 }
 

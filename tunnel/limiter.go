@@ -4,13 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"maps"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -24,7 +21,8 @@ import (
 
 // Rate limits. A service's limits are rules in the hash
 // rpr:v1:{S}:limits, one field per rule: the field is the rule's name, the
-// value a small JSON object (see LimitRule):
+// value a small JSON object (operators set them with admin.Limits, or
+// `rpr limits set`):
 //
 //	free-search  {"method":"pkg.Svc/Search","tier":"free","limit":10,"window":"1s","algorithm":"log"}
 //	vip          {"method":"*","tier":"vip","limit":1000,"window":"1s","algorithm":"gcra"}
@@ -33,7 +31,7 @@ import (
 // (Client.refresh), so a change applies within a second, without restarts.
 // A call is checked against every rule whose method and tier match it;
 // when none does, the check costs nothing (it is decided from the cached
-// rules). Otherwise one script (limitScript) decides for all the matching
+// rules). Otherwise one script (store.NewLimit) decides for all the matching
 // rules at once, on Redis's clock: the call goes only when every rule
 // admits it, and only then is it counted against each. A refusal is
 // RESOURCE_EXHAUSTED, not executed, with a RetryInfo detail (RetryAfter).
@@ -44,26 +42,6 @@ import (
 // where the key and the tier come from ClientOptions.LimitKey (default:
 // the x-rpr-caller and x-rpr-tier headers). A rule for method "*" counts
 // all of the service's methods together.
-
-// Rate-limit rule shapes, until the operator API that sets rules moves to
-// its own package: the rules are wire.LimitRule.
-type (
-	LimitRule      = wire.LimitRule
-	LimitRuleError = wire.LimitRuleError
-	InvalidLimit   = wire.InvalidLimit
-)
-
-// Rate-limit algorithms (LimitRule.Algorithm) and the sliding log's cap.
-const (
-	LimitLog    = wire.LimitLog
-	LimitGCRA   = wire.LimitGCRA
-	MaxLogLimit = wire.MaxLogLimit
-)
-
-// ParseLimitRule reads a rule of service as stored in its limits hash.
-func ParseLimitRule(service, name, raw string) (LimitRule, error) {
-	return wire.ParseLimitRule(service, name, raw)
-}
 
 // CallerHeader and TierHeader are the request headers DefaultLimitKey
 // reads the caller's identity and tier from.
@@ -92,56 +70,10 @@ func DefaultLimitKey(_ context.Context, _ string, md Metadata) (key, tier string
 	return md.Get(CallerHeader), md.Get(TierHeader)
 }
 
-// LimitsKey is the name of service's limits hash, for messages and
-// redis-cli.
-func LimitsKey(prefix, service string) string {
-	return store.NewKeyspace(orDefaultPrefix(prefix)).Limits(service)
-}
-
-// ListLimits reads service's rate-limit rules, sorted by name, and the
-// fields of its limits hash that are not valid rules.
-func ListLimits(ctx context.Context, rdb redis.UniversalClient, prefix, service string) ([]LimitRule, []InvalidLimit, error) {
-	raw, err := rdb.HGetAll(ctx, LimitsKey(prefix, service)).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("rpr: read the rate limits of %s: %w", service, err)
-	}
-	rules, invalid := wire.ParseLimits(service, raw)
-	return rules, invalid, nil
-}
-
-// SetLimit stores rule (checked and normalized, see Normalize) as a rate
-// limit of service, replacing any rule of that name. Clients apply it
-// within a second. It returns the rule as stored.
-func SetLimit(ctx context.Context, rdb redis.UniversalClient, prefix, service string, rule LimitRule) (LimitRule, error) {
-	rule, err := rule.Normalize(service)
-	if err != nil {
-		return LimitRule{}, err
-	}
-	raw, err := json.Marshal(rule)
-	if err != nil {
-		return LimitRule{}, err
-	}
-	if err := rdb.HSet(ctx, LimitsKey(prefix, service), rule.Name, raw).Err(); err != nil {
-		return LimitRule{}, fmt.Errorf("rpr: store rate limit %s of %s: %w", rule.Name, service, err)
-	}
-	return rule, nil
-}
-
-// RemoveLimit deletes service's rule name; false when there was none.
-// Clients stop applying it within a second; its counters expire within a
-// window.
-func RemoveLimit(ctx context.Context, rdb redis.UniversalClient, prefix, service, name string) (bool, error) {
-	n, err := rdb.HDel(ctx, LimitsKey(prefix, service), name).Result()
-	if err != nil {
-		return false, fmt.Errorf("rpr: remove rate limit %s of %s: %w", name, service, err)
-	}
-	return n > 0, nil
-}
-
 // limitRules is a service's rules as its client last read them.
 type limitRules struct {
 	raw   map[string]string // the hash as read, to skip parsing an unchanged one
-	rules []LimitRule       // the valid ones, by name
+	rules []wire.LimitRule  // the valid ones, by name
 	tiers map[string]bool   // tiers named by some rule, for metric attributes
 }
 
@@ -222,7 +154,7 @@ func (c *Client) limit(ctx context.Context, svc *clientService, full, rid string
 		key = "sha256-" + hex.EncodeToString(sum[:16])
 	}
 	call := store.NewLimit()
-	var applied []LimitRule
+	var applied []wire.LimitRule
 	for _, r := range rules.rules {
 		if (r.Method != "*" && r.Method != full) || (r.Tier != "*" && r.Tier != tier) {
 			continue

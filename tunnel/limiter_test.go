@@ -2,7 +2,6 @@ package tunnel_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -82,10 +82,11 @@ func (d *decisionLog) snapshot() (admitted []int64, refused int) {
 	return slices.Clone(d.admitted), d.refused
 }
 
-// setLimit stores a rule through the public API, failing the test on error.
-func setLimit(t *testing.T, rdb redis.UniversalClient, service string, r tunnel.LimitRule) tunnel.LimitRule {
+// setLimit stores a rule through the operator handle, failing the test on
+// error.
+func setLimit(t *testing.T, rdb redis.UniversalClient, service string, r admin.LimitRule) admin.LimitRule {
 	t.Helper()
-	stored, err := tunnel.SetLimit(context.Background(), rdb, "", service, r)
+	stored, err := admin.New(rdb, admin.Options{}).Service(service).Limits().Set(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +152,9 @@ func TestLimitAccuracy(t *testing.T) {
 		algorithm string
 		burst     int64
 	}{
-		{"log", tunnel.LimitLog, 0},
-		{"gcra", tunnel.LimitGCRA, 0},
-		{"gcra-burst1", tunnel.LimitGCRA, 1},
+		{"log", admin.LimitLog, 0},
+		{"gcra", admin.LimitGCRA, 0},
+		{"gcra-burst1", admin.LimitGCRA, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testLimitAccuracy(t, tc.algorithm, tc.burst) })
 	}
@@ -166,7 +167,7 @@ func testLimitAccuracy(t *testing.T, algorithm string, burst int64) {
 		clients = 4
 	)
 	e := newEnv(t, envConfig{})
-	rule := setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "hammer", Method: echoService + "/Echo", Tier: "*",
+	rule := setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "hammer", Method: echoService + "/Echo", Tier: "*",
 		Limit: limit, Window: window, Algorithm: algorithm, Burst: burst})
 	decisions := &decisionLog{}
 	var cs []*tunnel.Client
@@ -240,7 +241,7 @@ func testLimitAccuracy(t *testing.T, algorithm string, burst int64) {
 	t.Logf("%s limit %d per %v (burst %d): %d admitted, %d refused in 3 windows; aligned windows from the first admission: %v; busiest sliding window: %d overall, %d after the first window",
 		algorithm, limit, window, rule.Burst, len(admitted), refused, perWindow, maxIn(t0), maxIn(t0+W))
 
-	if algorithm == tunnel.LimitLog || burst == 1 {
+	if algorithm == admin.LimitLog || burst == 1 {
 		if most := maxIn(t0); most > limit {
 			t.Errorf("a window of %v admitted %d calls, over the limit %d", window, most, limit)
 		}
@@ -304,13 +305,13 @@ func TestLimitChangesApplyAtRuntime(t *testing.T) {
 	}
 
 	set := time.Now()
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "runtime", Method: "Echo", Limit: 10, Window: time.Second})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "runtime", Method: "Echo", Limit: 10, Window: time.Second})
 	waitFor(t, "refusals after the limit was set", func() bool { return refusals.Load() > 0 })
 	t.Logf("first refusal %v after the rule was set", time.Since(set).Round(time.Millisecond))
 
 	removed := time.Now()
-	if ok, err := tunnel.RemoveLimit(context.Background(), e.rdb, "", echoService, "runtime"); err != nil || !ok {
-		t.Fatalf("RemoveLimit: %v, %v", ok, err)
+	if ok, err := admin.New(e.rdb, admin.Options{}).Service(echoService).Limits().Remove(context.Background(), "runtime"); err != nil || !ok {
+		t.Fatalf("Limits.Remove: %v, %v", ok, err)
 	}
 	// 50 successes in a row cannot happen under 10 per second.
 	waitFor(t, "refusals to stop after the limit was removed", func() bool { return okStreak.Load() >= 50 })
@@ -411,9 +412,9 @@ func TestLimitCostsNothingWhenNoRuleApplies(t *testing.T) {
 
 	// Rules for another method and another tier; one for Meta tells when
 	// the client has read them.
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "fail-only", Method: "Fail", Limit: 1000, Window: time.Second})
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "vip-echo", Method: "Echo", Tier: "vip", Limit: 1000, Window: time.Second})
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "meta", Method: "Meta", Limit: 100000, Window: time.Second})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "fail-only", Method: "Fail", Limit: 1000, Window: time.Second})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "vip-echo", Method: "Echo", Tier: "vip", Limit: 1000, Window: time.Second})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "meta", Method: "Meta", Limit: 100000, Window: time.Second})
 	waitFor(t, "the client to read the rules", func() bool {
 		if err := echoAs(ctx, c, "Meta", "", ""); err != nil {
 			t.Fatal(err)
@@ -422,7 +423,7 @@ func TestLimitCostsNothingWhenNoRuleApplies(t *testing.T) {
 	})
 	onlyCall("rules for other methods and tiers", run("rules for other methods and tiers"))
 
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "all", Method: "*", Limit: 100000, Window: time.Second})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "all", Method: "*", Limit: 100000, Window: time.Second})
 	waitFor(t, "the client to read the rule", func() bool {
 		if err := echoAs(ctx, c, "Echo", "", ""); err != nil {
 			t.Fatal(err)
@@ -443,9 +444,9 @@ func TestLimitCostsNothingWhenNoRuleApplies(t *testing.T) {
 func TestLimitTiersAndCallers(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx := context.Background()
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "free", Method: "*", Tier: "free", Limit: 2, Window: time.Minute})
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "vip", Method: "*", Tier: "vip", Limit: 5, Window: time.Minute, Algorithm: tunnel.LimitGCRA})
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "anyone-idem", Method: echoService + "/Idem", Tier: "*", Limit: 1, Window: time.Minute})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "free", Method: "*", Tier: "free", Limit: 2, Window: time.Minute})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "vip", Method: "*", Tier: "vip", Limit: 5, Window: time.Minute, Algorithm: admin.LimitGCRA})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "anyone-idem", Method: echoService + "/Idem", Tier: "*", Limit: 1, Window: time.Minute})
 	c := newLimitClient(t, e, tunnel.ClientOptions{})
 
 	admits := func(caller, tier string, want int, window time.Duration) {
@@ -486,7 +487,7 @@ func TestLimitTiersAndCallers(t *testing.T) {
 func TestLimitKeyFunc(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx := context.Background()
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "gold", Method: "*", Tier: "gold", Limit: 3, Window: time.Minute})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "gold", Method: "*", Tier: "gold", Limit: 3, Window: time.Minute})
 	var asked atomic.Int64
 	c := newLimitClient(t, e, tunnel.ClientOptions{LimitKey: func(_ context.Context, method string, md tunnel.Metadata) (string, string) {
 		asked.Add(1)
@@ -518,8 +519,8 @@ func TestLimitKeyFunc(t *testing.T) {
 func TestLimitRetryAfterIsEnough(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx := context.Background()
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "log", Method: "Echo", Limit: 2, Window: 1500 * time.Millisecond})
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "gcra", Method: "Idem", Limit: 2, Window: 1500 * time.Millisecond, Algorithm: tunnel.LimitGCRA})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "log", Method: "Echo", Limit: 2, Window: 1500 * time.Millisecond})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "gcra", Method: "Idem", Limit: 2, Window: 1500 * time.Millisecond, Algorithm: admin.LimitGCRA})
 	c := newLimitClient(t, e, tunnel.ClientOptions{})
 	for _, name := range []string{"Echo", "Idem"} {
 		for i := range 2 {
@@ -541,7 +542,7 @@ func TestLimitRetryAfterIsEnough(t *testing.T) {
 // enter Redis.
 func TestLimitAsyncEnqueue(t *testing.T) {
 	w := newAsyncWorld(t, tunnel.ClientOptions{})
-	if _, err := tunnel.SetLimit(context.Background(), w.rdb, "", jobsService, tunnel.LimitRule{Name: "jobs", Method: "Do", Limit: 3, Window: time.Minute}); err != nil {
+	if _, err := admin.New(w.rdb, admin.Options{}).Service(jobsService).Limits().Set(context.Background(), admin.LimitRule{Name: "jobs", Method: "Do", Limit: 3, Window: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -568,7 +569,7 @@ func TestLimitAsyncEnqueue(t *testing.T) {
 func TestLimitAlgorithmChange(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx := context.Background()
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "switch", Method: "Echo", Limit: 1000, Window: time.Minute})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "switch", Method: "Echo", Limit: 1000, Window: time.Minute})
 	c := newLimitClient(t, e, tunnel.ClientOptions{})
 	state := "rpr:v1:{" + echoService + "}:rl:switch:" + c.ID()
 	if err := echoAs(ctx, c, "Echo", "", ""); err != nil {
@@ -577,7 +578,7 @@ func TestLimitAlgorithmChange(t *testing.T) {
 	if typ := e.rdb.Type(ctx, state).Val(); typ != "zset" {
 		t.Fatalf("log state %s is a %q, want zset", state, typ)
 	}
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "switch", Method: "Echo", Limit: 1000, Window: time.Minute, Algorithm: tunnel.LimitGCRA})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "switch", Method: "Echo", Limit: 1000, Window: time.Minute, Algorithm: admin.LimitGCRA})
 	waitFor(t, "the state to become GCRA's", func() bool {
 		if err := echoAs(ctx, c, "Echo", "", ""); err != nil {
 			t.Fatal(err)
@@ -590,15 +591,15 @@ func TestLimitAlgorithmChange(t *testing.T) {
 }
 
 // TestLimitInvalidRulesIgnored checks that a malformed rule in the hash is
-// ignored (and logged) while valid ones apply, and that ListLimits reports
+// ignored (and logged) while valid ones apply, and that Limits.List reports
 // it.
 func TestLimitInvalidRulesIgnored(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx := context.Background()
-	if err := e.rdb.HSet(ctx, tunnel.LimitsKey("", echoService), "broken", `{"limit": "lots"}`).Err(); err != nil {
+	if err := e.rdb.HSet(ctx, admin.New(e.rdb, admin.Options{}).Service(echoService).Limits().Key(), "broken", `{"limit": "lots"}`).Err(); err != nil {
 		t.Fatal(err)
 	}
-	setLimit(t, e.rdb, echoService, tunnel.LimitRule{Name: "one", Method: "Echo", Limit: 1, Window: time.Minute})
+	setLimit(t, e.rdb, echoService, admin.LimitRule{Name: "one", Method: "Echo", Limit: 1, Window: time.Minute})
 	c := newLimitClient(t, e, tunnel.ClientOptions{})
 	if err := echoAs(ctx, c, "Echo", "", ""); err != nil {
 		t.Fatal(err)
@@ -607,56 +608,8 @@ func TestLimitInvalidRulesIgnored(t *testing.T) {
 	if !strings.Contains(e.logs.String(), "invalid rate-limit rule") {
 		t.Error("the invalid rule was not logged")
 	}
-	rules, invalid, err := tunnel.ListLimits(ctx, e.rdb, "", echoService)
+	rules, invalid, err := admin.New(e.rdb, admin.Options{}).Service(echoService).Limits().List(ctx)
 	if err != nil || len(rules) != 1 || rules[0].Name != "one" || len(invalid) != 1 || invalid[0].Name != "broken" {
-		t.Fatalf("ListLimits = %+v, %+v, %v", rules, invalid, err)
-	}
-}
-
-// TestLimitRuleValidation checks Normalize's defaults and its errors, which
-// name the field at fault.
-func TestLimitRuleValidation(t *testing.T) {
-	const svc = "pkg.v1.Svc"
-	r, err := tunnel.LimitRule{Name: "a", Method: "Get", Limit: 10, Window: time.Second}.Normalize(svc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Method != svc+"/Get" || r.Tier != "*" || r.Algorithm != tunnel.LimitLog || r.Burst != 0 {
-		t.Errorf("defaults: %+v", r)
-	}
-	g, err := tunnel.LimitRule{Name: "g", Limit: 10, Window: time.Second, Algorithm: "gcra"}.Normalize(svc)
-	if err != nil || g.Burst != 10 || g.Method != "*" {
-		t.Errorf("gcra defaults: %+v, %v", g, err)
-	}
-	ok := tunnel.LimitRule{Name: "ok", Method: "*", Tier: "*", Limit: 10, Window: time.Second}
-	for _, tc := range []struct {
-		field string
-		edit  func(*tunnel.LimitRule)
-	}{
-		{"name", func(r *tunnel.LimitRule) { r.Name = "has:colon" }},
-		{"name", func(r *tunnel.LimitRule) { r.Name = "" }},
-		{"method", func(r *tunnel.LimitRule) { r.Method = "other.Svc/Get" }},
-		{"tier", func(r *tunnel.LimitRule) { r.Tier = "v i p" }},
-		{"limit", func(r *tunnel.LimitRule) { r.Limit = 0 }},
-		{"limit", func(r *tunnel.LimitRule) { r.Limit = tunnel.MaxLogLimit + 1 }},
-		{"window", func(r *tunnel.LimitRule) { r.Window = time.Microsecond }},
-		{"window", func(r *tunnel.LimitRule) { r.Window = 48 * time.Hour }},
-		{"algorithm", func(r *tunnel.LimitRule) { r.Algorithm = "token-bucket" }},
-		{"burst", func(r *tunnel.LimitRule) { r.Burst = 5 }},
-		{"burst", func(r *tunnel.LimitRule) { r.Algorithm, r.Burst = "gcra", 11 }},
-	} {
-		r := ok
-		tc.edit(&r)
-		_, err := r.Normalize(svc)
-		var re *tunnel.LimitRuleError
-		if !errors.As(err, &re) || re.Field != tc.field || re.Example == "" {
-			t.Errorf("%+v: got %v, want an error about %s with an example", r, err, tc.field)
-		}
-	}
-	if _, err := tunnel.ParseLimitRule(svc, "x", `{"method":"*","tier":"*","limit":1,"window":"1 sec"}`); err == nil {
-		t.Error("a bad window parsed")
-	}
-	if _, err := tunnel.ParseLimitRule(svc, "x", `{"method":"*","limit":1,"window":"1s","per":"ip"}`); err == nil {
-		t.Error("an unknown field parsed")
+		t.Fatalf("Limits.List = %+v, %+v, %v", rules, invalid, err)
 	}
 }

@@ -240,30 +240,3 @@ func checkPool(rdb redis.UniversalClient, needed int, who string) error {
 // minFreeConns is the number of pooled connections kept for commands
 // beyond the blocking reads.
 const minFreeConns = 4
-
-// scanEveryMaster calls found with each key matching one of patterns, by
-// SCAN (never KEYS) on rdb, or on every master of a Redis Cluster (whose
-// keys are spread over them). The masters are scanned in parallel, but
-// found is called under a lock, so it needs none of its own. It is for
-// operators' tools, not for hot paths.
-func scanEveryMaster(ctx context.Context, rdb redis.UniversalClient, patterns []string, found func(key string)) error {
-	var mu sync.Mutex
-	scan := func(ctx context.Context, node redis.Cmdable) error {
-		for _, pattern := range patterns {
-			iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
-			for iter.Next(ctx) {
-				mu.Lock()
-				found(iter.Val())
-				mu.Unlock()
-			}
-			if err := iter.Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if cluster, ok := rdb.(*redis.ClusterClient); ok {
-		return cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
-	}
-	return scan(ctx, rdb)
-}

@@ -2,7 +2,6 @@ package tunnel_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -82,10 +82,9 @@ func registryDesc() *tunnel.ServiceDesc {
 
 // TestSchemaPublishedAndCalledDynamically checks the whole registry path:
 // a server publishes the schema of the service it has a descriptor for
-// (and skips, with a debug line, the one it has none for); ListServices
-// finds both; LoadSchema builds the service from Redis alone; MethodDescFor
-// reads the options; and a call made with dynamicpb messages of the loaded
-// schema succeeds.
+// (and skips, with a debug line, the one it has none for); the operator
+// handle loads the service from Redis; MethodDescFor reads the options;
+// and a call made with dynamicpb messages of the loaded schema succeeds.
 func TestSchemaPublishedAndCalledDynamically(t *testing.T) {
 	if err := registerRegistryFile(); err != nil {
 		t.Fatal(err)
@@ -99,38 +98,11 @@ func TestSchemaPublishedAndCalledDynamically(t *testing.T) {
 		t.Errorf("want one debug line about skipping %s, got %q", echoService, lines)
 	}
 
-	names, err := tunnel.ListServices(ctx, e.rdb, "")
+	// The schema comes back from Redis alone (admin's tests check its
+	// files and the service listing).
+	sd, err := admin.New(e.rdb, admin.Options{}).Service(registryService).Schema(ctx)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if want := []string{registryService, echoService}; !slices.Equal(names, want) {
-		t.Errorf("ListServices = %q, want %q", names, want)
-	}
-	// MATCH wildcards in a prefix are taken literally.
-	if names, err := tunnel.ListServices(ctx, e.rdb, "rpr:v*:"); err != nil || len(names) != 0 {
-		t.Errorf(`ListServices(prefix "rpr:v*:") = %q, %v; want nothing`, names, err)
-	}
-
-	if _, err := tunnel.LoadSchema(ctx, e.rdb, "", echoService); !errors.Is(err, tunnel.ErrNoSchema) || !strings.Contains(err.Error(), "start a server") {
-		t.Errorf("LoadSchema(%s) error = %v; want ErrNoSchema saying to start a server", echoService, err)
-	}
-
-	files, err := tunnel.LoadSchemaFiles(ctx, e.rdb, "", registryService)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, path := range []string{"rprtest/registry/v1/registry.proto", "google/protobuf/wrappers.proto", "rpr/v1/options.proto", "google/protobuf/descriptor.proto", "google/protobuf/duration.proto"} {
-		if _, err := files.FindFileByPath(path); err != nil {
-			t.Errorf("schema lacks %s (imports must be included transitively): %v", path, err)
-		}
-	}
-	sd, err := tunnel.ServiceInFiles(files, registryService)
-	if err != nil {
-		t.Fatal(err)
-	}
-	global, _ := protoregistry.GlobalFiles.FindDescriptorByName(registryService)
-	if sd == global {
-		t.Fatal("LoadSchema returned the linked descriptor, not one built from Redis")
 	}
 
 	echo, err := tunnel.MethodDescFor(sd.Methods().ByName("Echo"))
@@ -159,21 +131,5 @@ func TestSchemaPublishedAndCalledDynamically(t *testing.T) {
 	}
 	if got := reply.Get(md.Output().Fields().ByName("value")).String(); got != "Echo: hi" {
 		t.Errorf("reply = %q, want %q", got, "Echo: hi")
-	}
-}
-
-func TestLoadSchemaRejectsGarbage(t *testing.T) {
-	e := newEnv(t, envConfig{noServe: true})
-	ctx := context.Background()
-	if err := e.rdb.Set(ctx, tunnel.DefaultPrefix+"{x.v1.Bad}:schema", "not a descriptor set \xff", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	_, err := tunnel.LoadSchema(ctx, e.rdb, "", "x.v1.Bad")
-	if err == nil || errors.Is(err, tunnel.ErrNoSchema) || !strings.Contains(err.Error(), "publish it again") {
-		t.Errorf("LoadSchema of garbage: %v; want an error saying to republish", err)
-	}
-	names, err := tunnel.ListServices(ctx, e.rdb, "")
-	if err != nil || !slices.Equal(names, []string{"x.v1.Bad"}) {
-		t.Errorf("ListServices = %q, %v; want the service of the schema key", names, err)
 	}
 }

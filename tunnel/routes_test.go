@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/internal/logcapture"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -111,9 +112,9 @@ func laneOrDefault(lane string) string {
 	return lane
 }
 
-func mustLanes(t *testing.T, rdb redis.UniversalClient) []tunnel.LaneStatus {
+func mustLanes(t *testing.T, rdb redis.UniversalClient) []admin.LaneStatus {
 	t.Helper()
-	st, err := tunnel.Lanes(context.Background(), rdb, "", lanesService)
+	st, err := lanesAdmin(rdb).Lanes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,11 +137,16 @@ func which(ctx context.Context, c *tunnel.Client, shards int, opts ...tunnel.Cal
 	return out.GetValue(), err
 }
 
-func setRoute(t *testing.T, table *tunnel.RouteTable, pattern string, specs ...string) {
+// lanesAdmin is the operator handle of lanesService on rdb.
+func lanesAdmin(rdb redis.UniversalClient) *admin.Service {
+	return admin.New(rdb, admin.Options{}).Service(lanesService)
+}
+
+func setRoute(t *testing.T, table *admin.Routes, pattern string, specs ...string) {
 	t.Helper()
-	var rules []tunnel.RouteRule
+	var rules []admin.RouteRule
 	for _, spec := range specs {
-		r, err := tunnel.ParseRouteRule(spec)
+		r, err := admin.ParseRouteRule(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +182,7 @@ func TestGrayReleaseWeights(t *testing.T) {
 	startLane(t, rdb, "v1", 0)
 	startLane(t, rdb, "v2", 0)
 	client := newLanesClient(t, rs.Client(t))
-	table := tunnel.NewRouteTable(rdb, "", lanesService)
+	table := lanesAdmin(rdb).Routes()
 	setRoute(t, table, lanesService+"/*", "x-canary=true => v2", "v1:90,v2:10")
 	waitRouted(t, client, "v2", time.Now(), tunnel.WithHeader("x-canary", "true"))
 
@@ -258,7 +264,7 @@ func TestRouteToLaneWithoutServer(t *testing.T) {
 	rdb := rs.Client(t)
 	startLane(t, rdb, "", 0)
 	client := newLanesClient(t, rs.Client(t))
-	setRoute(t, tunnel.NewRouteTable(rdb, "", lanesService), lanesService+"/Which", "v9")
+	setRoute(t, lanesAdmin(rdb).Routes(), lanesService+"/Which", "v9")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
@@ -269,59 +275,6 @@ func TestRouteToLaneWithoutServer(t *testing.T) {
 	}
 	if tunnel.CodeOf(err) != tunnel.Unavailable || !tunnel.NotExecuted(err) || !strings.Contains(err.Error(), "lane v9") {
 		t.Fatalf("call routed to an empty lane: %v, want UNAVAILABLE, not executed, naming lane v9", err)
-	}
-}
-
-// TestDrainRemovedLane: requests queued in a lane whose servers are gone
-// are moved, on DrainLane, to the default lane and run there exactly once.
-func TestDrainRemovedLane(t *testing.T) {
-	rs := redistest.Start(t)
-	rdb := rs.Client(t)
-	_, stopV2 := startLane(t, rdb, "v2", 0)
-	stopV2() // v2's servers are gone; its queue fills up
-	client := newLanesClient(t, rs.Client(t))
-	table := tunnel.NewRouteTable(rdb, "", lanesService)
-	setRoute(t, table, lanesService+"/Job", "v2")
-	job := &lanesDesc(0).Methods[1]
-	const n = 300
-	// The client reads the table on its first call to the service.
-	for i := range n {
-		if _, err := client.Enqueue(context.Background(), job, wrapperspb.String(fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var queued int64
-	for _, st := range mustLanes(t, rdb) {
-		if st.Lane == "v2" {
-			queued = st.Queued
-		}
-	}
-	if queued != n {
-		t.Fatalf("lane v2 holds %d requests, want %d", queued, n)
-	}
-
-	if _, err := table.Remove(context.Background(), lanesService+"/Job"); err != nil {
-		t.Fatal(err)
-	}
-	// Neither routed nor served, the lane is still listed while it holds
-	// requests.
-	if got := laneQueued(t, rdb, "v2"); got != n {
-		t.Fatalf("Lanes lists v2 with %d requests after its route went, want %d", got, n)
-	}
-	res, err := tunnel.DrainLane(context.Background(), rdb, "", lanesService, "v2", tunnel.DefaultLane)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Moved != n || res.Left != 0 {
-		t.Fatalf("DrainLane = %+v, want %d moved and 0 left", res, n)
-	}
-	srv, _ := startLane(t, rdb, "", 0)
-	waitFor(t, "drained jobs run in the default lane", func() bool { return len(srv.executed()) == n })
-	time.Sleep(300 * time.Millisecond) // a duplicate would show up by now
-	for v, runs := range srv.executed() {
-		if runs != 1 {
-			t.Errorf("job %s ran %d times", v, runs)
-		}
 	}
 }
 
@@ -339,9 +292,9 @@ func TestShardedServiceSpreadsAndServes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	count, err := tunnel.ShardCount(context.Background(), rdb, "", lanesService)
+	count, err := lanesAdmin(rdb).Shards(context.Background())
 	if err != nil || count != 3 {
-		t.Fatalf("ShardCount = %d, %v; want 3 recorded by the client", count, err)
+		t.Fatalf("Shards = %d, %v; want 3 recorded by the client", count, err)
 	}
 	var total int64
 	for shard, key := range []string{"{" + lanesService + "}", "{" + lanesService + "#1}", "{" + lanesService + "#2}"} {
@@ -354,7 +307,7 @@ func TestShardedServiceSpreadsAndServes(t *testing.T) {
 	if total != n {
 		t.Fatalf("the shards hold %d requests, want %d", total, n)
 	}
-	if err := tunnel.SetShardCount(context.Background(), rdb, "", lanesService, 1); err == nil || !strings.Contains(err.Error(), "stranded") {
+	if err := lanesAdmin(rdb).SetShards(context.Background(), 1); err == nil || !strings.Contains(err.Error(), "stranded") {
 		t.Fatalf("lowering the shard count over queued requests: %v, want a refusal", err)
 	}
 
@@ -371,7 +324,7 @@ func TestShardedServiceSpreadsAndServes(t *testing.T) {
 		}
 	}
 	waitFor(t, "shards drained", func() bool {
-		return tunnel.SetShardCount(context.Background(), rdb, "", lanesService, 1) == nil
+		return lanesAdmin(rdb).SetShards(context.Background(), 1) == nil
 	})
 }
 
@@ -390,43 +343,4 @@ func TestShardRaiseWhileServing(t *testing.T) {
 		}
 	}
 	waitFor(t, "every job ran, in every shard", func() bool { return len(srv.executed()) == n })
-}
-
-func TestParseRouteRule(t *testing.T) {
-	good := map[string]string{
-		"v2":                  "v2",
-		" v1:90, v2:10 ":      "v1:90,v2:10",
-		"x-canary=true => v2": "x-canary=true => v2",
-		"Tenant=acme,x-beta=1 => v2:50,default:50": "tenant=acme,x-beta=1 => v2:50,default:50",
-	}
-	for spec, want := range good {
-		r, err := tunnel.ParseRouteRule(spec)
-		if err != nil {
-			t.Errorf("ParseRouteRule(%q): %v", spec, err)
-			continue
-		}
-		if r.String() != want {
-			t.Errorf("ParseRouteRule(%q).String() = %q, want %q", spec, r.String(), want)
-		}
-	}
-	bad := map[string]string{
-		"":               "lane",
-		"V2":             "lane \"V2\"",
-		"v1:x":           "weight",
-		"v1:0":           "add up to 0",
-		"v1,v1":          "twice",
-		"x-canary => v2": "key=value",
-		"a/b":            "lane",
-	}
-	for spec, want := range bad {
-		if _, err := tunnel.ParseRouteRule(spec); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseRouteRule(%q) = %v, want an error mentioning %q", spec, err, want)
-		}
-	}
-	table := tunnel.NewRouteTable(nil, "", lanesService)
-	for _, pattern := range []string{"other.Svc/*", lanesService, lanesService + "/Wh*"} {
-		if err := table.Set(context.Background(), pattern, []tunnel.RouteRule{{Lanes: []tunnel.LaneWeight{{Lane: "v2", Weight: 1}}}}); err == nil {
-			t.Errorf("Set(%q) accepted a bad pattern", pattern)
-		}
-	}
 }

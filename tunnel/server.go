@@ -98,8 +98,9 @@ type ServerOptions struct {
 	RetryPollInterval time.Duration
 	// Lane is the lane this server serves (default DefaultLane): it reads
 	// only the requests that the services' routing tables send to this
-	// lane (see RouteTable and `rpr routes`), e.g. "v2" for a new version
-	// taking a slice of the traffic. See ValidateLane for the names.
+	// lane (see admin.Routes and `rpr routes`), e.g. "v2" for a new version
+	// taking a slice of the traffic: 1-32 characters of a-z, 0-9, '.', '_'
+	// and '-', starting with a letter or digit.
 	Lane string
 	// Shards sets, by service name, how many shards a service has when its
 	// proto sets no (rpr.v1.service).shards. The count recorded in Redis
@@ -226,7 +227,7 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 		opts.RetryPollInterval = DefaultRetryPollInterval
 	}
 	opts.Lane = laneOrDefault(opts.Lane)
-	if err := ValidateLane(opts.Lane); err != nil {
+	if err := wire.ValidateLane(opts.Lane); err != nil {
 		return nil, fmt.Errorf("rpr: ServerOptions.Lane: %w", err)
 	}
 	for name, n := range opts.Shards {

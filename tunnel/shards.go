@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -29,8 +28,9 @@ import (
 //   - Servers read every shard of the record even when configured for
 //     fewer, and keep reading a shard for as long as they run, so requests
 //     a client sent just before a change are not stranded.
-//   - The count is lowered only by SetShardCount (`rpr shards set`), which
-//     refuses while a shard that would go holds any request.
+//   - The count is lowered only by an operator (admin.Service.SetShards,
+//     `rpr shards set`), who is refused while a shard that would go holds
+//     any request.
 //
 // A call goes to a shard chosen at random; an async request with an
 // idempotency key goes to the shard its key hashes to, so that the key's
@@ -103,109 +103,4 @@ func parseShardCount(raw string, err error) int {
 		return 1
 	}
 	return n
-}
-
-// ErrShardsHoldRequests is what SetShardCount's refusal wraps: lowering
-// the shard count would strand requests. Test for it with errors.Is.
-var ErrShardsHoldRequests = errors.New("shards that would go still hold requests")
-
-// ShardCount returns the number of shards recorded for service under
-// prefix ("" for DefaultPrefix): 1 when the service is not sharded.
-func ShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service string) (int, error) {
-	keys := store.NewKeyspace(orDefaultPrefix(prefix))
-	raw, err := rdb.Get(ctx, keys.ShardCount(service)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, fmt.Errorf("rpr: read shard count of %s: %w", service, err)
-	}
-	return parseShardCount(raw, err), nil
-}
-
-// SetShardCount changes the number of shards of service. Raising it is
-// always safe. Lowering it is refused, with an error wrapping
-// ErrShardsHoldRequests, while any shard that would go still holds a
-// request (queued, running or waiting for a retry, in any lane); drain
-// those first: stop the clients, or route elsewhere, and wait for `rpr
-// stats` to show them empty. Clients and servers pick the new count up
-// within a second. (The check and the change are two steps, as the keys
-// live in different slots: a request a client sends in between still
-// lands in a shard that the running servers keep reading.)
-func SetShardCount(ctx context.Context, rdb redis.UniversalClient, prefix, service string, n int) error {
-	if err := validShards(n); err != nil {
-		return fmt.Errorf("rpr: %s: %w", service, err)
-	}
-	keys := store.NewKeyspace(orDefaultPrefix(prefix))
-	current, err := ShardCount(ctx, rdb, prefix, service)
-	if err != nil {
-		return err
-	}
-	if n < current {
-		lanes, err := knownLanes(ctx, rdb, keys, service)
-		if err != nil {
-			return err
-		}
-		going := shardsOf(keys, service, n, current)
-		_, held, err := queueBacklog(ctx, rdb, going, lanes)
-		if err != nil {
-			return err
-		}
-		for i, sk := range going {
-			shard := n + i
-			letters, err := rdb.XLen(ctx, sk.DeadLetters()).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("rpr: count dead letters of %s shard %d: %w", service, shard, err)
-			}
-			if letters > 0 {
-				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d holds %d dead letters, which `rpr dlq` would no longer list (%w); replay or drop them first (`rpr dlq ls %s`)", service, current, n, shard, letters, ErrShardsHoldRequests, service)
-			}
-			if held[i] > 0 {
-				return fmt.Errorf("rpr: %s: refusing to go from %d to %d shards: shard %d still holds %d requests, which would be stranded (%w); let it drain (stop sending, wait for `rpr stats` to show the service empty) and try again", service, current, n, shard, held[i], ErrShardsHoldRequests)
-			}
-		}
-	}
-	if err := rdb.Set(ctx, keys.ShardCount(service), n, 0).Err(); err != nil {
-		return fmt.Errorf("rpr: set shard count of %s: %w", service, err)
-	}
-	return nil
-}
-
-// shardsOf returns the keys of shards from to to-1 of service.
-func shardsOf(keys store.Keyspace, service string, from, to int) []store.Shard {
-	out := make([]store.Shard, 0, max(to-from, 0))
-	for shard := from; shard < to; shard++ {
-		out = append(out, keys.Shard(service, shard))
-	}
-	return out
-}
-
-// queueBacklog counts the requests lanes hold in shards: in their request
-// streams (queued and running) and retry sets, added up by lane and by
-// shard (byShard[i] is shards[i]'s), in one pipelined round trip.
-func queueBacklog(ctx context.Context, rdb redis.UniversalClient, shards []store.Shard, lanes []string) (byLane map[string]int64, byShard []int64, err error) {
-	pipe := rdb.Pipeline()
-	cmds := make([][]*redis.IntCmd, len(shards)) // [shard][2*lane], [2*lane+1]
-	for i, sk := range shards {
-		for _, lane := range lanes {
-			cmds[i] = append(cmds[i], pipe.XLen(ctx, sk.Requests(lane)), pipe.ZCard(ctx, sk.Retries(lane)))
-		}
-	}
-	_, _ = pipe.Exec(ctx)
-	byLane, byShard = map[string]int64{}, make([]int64, len(shards))
-	for i, shardCmds := range cmds {
-		for j, cmd := range shardCmds {
-			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, nil, fmt.Errorf("rpr: count requests in %s: %w", shards[i].Tag, err)
-			}
-			byLane[lanes[j/2]] += cmd.Val()
-			byShard[i] += cmd.Val()
-		}
-	}
-	return byLane, byShard, nil
-}
-
-// orDefaultPrefix returns prefix, or DefaultPrefix when it is empty.
-func orDefaultPrefix(prefix string) string {
-	if prefix == "" {
-		return DefaultPrefix
-	}
-	return prefix
 }

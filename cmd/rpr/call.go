@@ -102,7 +102,7 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	header, err := parseHeaders(flags.headers)
 	if err != nil {
-		return exitError{code: 2, cause: err}
+		return badInput(err)
 	}
 
 	setupCtx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
@@ -112,32 +112,33 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 		return err
 	}
 	defer rdb.Close()
-	target, err := loadTarget(setupCtx, rdb, rf.prefix, targetArg)
+	target, err := loadTarget(setupCtx, rf.handle(rdb), targetArg)
 	if err != nil {
-		return exitError{code: 2, cause: err}
+		return badInput(err)
 	}
 	if target.method == nil {
-		return exitError{code: 2, cause: fmt.Errorf("name a method to call, as %s/Method; %s has: %s",
-			target.service.FullName(), target.service.FullName(), strings.Join(methodNames(target.service), ", "))}
+		return badInput(fmt.Errorf("name a method to call, as %s/Method; %s has: %s",
+			target.service.FullName(), target.service.FullName(), strings.Join(methodNames(target.service), ", ")))
 	}
 	method, err := tunnel.MethodDescFor(target.method)
 	if err != nil {
-		return exitError{code: 2, cause: err}
+		return badInput(err)
 	}
 	if err := checkAsyncFlags(method, flags); err != nil {
-		return exitError{code: 2, cause: err}
+		return badInput(err)
 	}
 	req, err := readRequest(cmd.InOrStdin(), input, target)
 	if err != nil {
-		return exitError{code: 2, cause: err}
+		return badInput(err)
 	}
 
 	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{
+		Prefix:         rf.prefix,
 		DefaultTimeout: callDefaultTimeout,
 		Logger:         slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		return exitError{code: 2, cause: err}
+		return badInput(err)
 	}
 	defer client.Close()
 	if method.Async {
@@ -155,7 +156,7 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 	}
 	if callErr != nil {
 		printCallError(stderr, method.FullMethod(), rid, callErr, target.types)
-		return exitError{code: 1}
+		return exitError{code: exitFailed}
 	}
 	text, err := protojson.MarshalOptions{Resolver: target.types, EmitUnpopulated: flags.emitDefaults}.Marshal(reply)
 	if err != nil {
@@ -220,7 +221,7 @@ func runEnqueue(cmd *cobra.Command, client *tunnel.Client, method *tunnel.Method
 	}
 	if err != nil {
 		printCallError(cmd.ErrOrStderr(), method.FullMethod(), rid, err, types)
-		return exitError{code: 1}
+		return exitError{code: exitFailed}
 	}
 	text, err := json.MarshalIndent(struct {
 		RequestID      string `json:"requestId"`

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +19,7 @@ import (
 	_ "google.golang.org/protobuf/types/known/emptypb" // in the schema of mailerService
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
@@ -29,40 +28,6 @@ import (
 )
 
 const greeterService = "examples.greeter.v1.Greeter"
-
-// rprResult is what one in-process run of the command line printed.
-type rprResult struct {
-	stdout, stderr string
-	code           int
-}
-
-// runRPRIO runs the command line in-process with stdin, keeping stdout and
-// stderr apart, and prints the error as main would.
-func runRPRIO(t *testing.T, stdin string, args ...string) rprResult {
-	t.Helper()
-	root := newRootCommand()
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetIn(strings.NewReader(stdin))
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	res := rprResult{code: 0}
-	var exit exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		res.code = exit.code
-		if exit.cause != nil {
-			errOut.WriteString(exit.cause.Error())
-		}
-	default:
-		res.code = 1
-		errOut.WriteString(err.Error())
-	}
-	res.stdout, res.stderr = out.String(), errOut.String()
-	return res
-}
 
 // serve runs srv until the test ends and waits until service is live.
 func serve(t *testing.T, rs *redistest.Server, srv *tunnel.Server, service string) {
@@ -79,7 +44,7 @@ func serve(t *testing.T, rs *redistest.Server, srv *tunnel.Server, service strin
 	rdb := rs.Client(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		h, err := tunnel.CheckHealth(context.Background(), rdb, "", service)
+		h, err := serviceOf(rdb, service).Health(context.Background())
 		if err == nil && h.Serving() {
 			return
 		}
@@ -106,7 +71,7 @@ func TestCallGreeter(t *testing.T) {
 	startGreeter(t, rs, "greeter-1")
 	url := rs.URL()
 
-	res := runRPRIO(t, "", "call", "--redis", url, greeterService+"/SayHello", `{"name":"Ada"}`)
+	res := runCLI(t, "", "call", "--redis", url, greeterService+"/SayHello", `{"name":"Ada"}`)
 	if res.code != 0 || !strings.Contains(res.stdout, `"message": "Hello, Ada!"`) {
 		t.Fatalf("call: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
@@ -115,7 +80,7 @@ func TestCallGreeter(t *testing.T) {
 	}
 
 	// From stdin, from a file, with metadata, a timeout and pkg.Svc.Method.
-	res = runRPRIO(t, `{"name": "Bo", "delayMs": 10}`, "call", "--redis", url, "-H", "tenant: acme", "--timeout", "3s", greeterService+"/SlowHello", "-")
+	res = runCLI(t, `{"name": "Bo", "delayMs": 10}`, "call", "--redis", url, "-H", "tenant: acme", "--timeout", "3s", greeterService+"/SlowHello", "-")
 	if res.code != 0 || !strings.Contains(res.stdout, `"message": "Hello, Bo, eventually!"`) {
 		t.Errorf("call from stdin: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
@@ -123,19 +88,19 @@ func TestCallGreeter(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"name": "Cy"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res = runRPRIO(t, "", "call", "--redis", url, greeterService+".SayHello", "@"+file)
+	res = runCLI(t, "", "call", "--redis", url, greeterService+".SayHello", "@"+file)
 	if res.code != 0 || !strings.Contains(res.stdout, `"message": "Hello, Cy!"`) {
 		t.Errorf("call from @file: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
 
 	// The server refuses: code and message on stderr, exit 1.
-	res = runRPRIO(t, "", "call", "--redis", url, greeterService+"/SayHello", `{"name":""}`)
+	res = runCLI(t, "", "call", "--redis", url, greeterService+"/SayHello", `{"name":""}`)
 	if res.code != 1 || res.stdout != "" || !strings.Contains(res.stderr, "INVALID_ARGUMENT (3)") || !strings.Contains(res.stderr, "name is empty") {
 		t.Errorf("empty name: exit %d, stdout %q, stderr %q; want 1 and INVALID_ARGUMENT", res.code, res.stdout, res.stderr)
 	}
 
 	// The deadline passes in the handler.
-	res = runRPRIO(t, "", "call", "--redis", url, "--timeout", "100ms", greeterService+"/SlowHello", `{"delay_ms": 5000}`)
+	res = runCLI(t, "", "call", "--redis", url, "--timeout", "100ms", greeterService+"/SlowHello", `{"delay_ms": 5000}`)
 	if res.code != 1 || !strings.Contains(res.stderr, "DEADLINE_EXCEEDED") {
 		t.Errorf("timeout: exit %d, stderr %q; want 1 and DEADLINE_EXCEEDED", res.code, res.stderr)
 	}
@@ -146,22 +111,22 @@ func TestCallGreeter(t *testing.T) {
 		{`{"name": 5}`, `invalid value for string field name`},
 		{`{"name": `, `unexpected EOF`},
 	} {
-		res = runRPRIO(t, "", "call", "--redis", url, greeterService+"/SayHello", tc.input)
+		res = runCLI(t, "", "call", "--redis", url, greeterService+"/SayHello", tc.input)
 		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || !strings.Contains(res.stderr, "examples.greeter.v1.SayHelloRequest") {
 			t.Errorf("input %s: exit %d, stderr %q; want 2 naming %q and the message type", tc.input, res.code, res.stderr, tc.want)
 		}
 	}
 
 	// Unknown names: exit 2 with what exists.
-	res = runRPRIO(t, "", "call", "--redis", url, greeterService+"/SayBye", `{}`)
+	res = runCLI(t, "", "call", "--redis", url, greeterService+"/SayBye", `{}`)
 	if res.code != 2 || !strings.Contains(res.stderr, `no method "SayBye"`) || !strings.Contains(res.stderr, "SayHello, SlowHello") {
 		t.Errorf("unknown method: exit %d, stderr %q", res.code, res.stderr)
 	}
-	res = runRPRIO(t, "", "call", "--redis", url, "examples.greeter.v1.Nobody/SayHello", `{}`)
+	res = runCLI(t, "", "call", "--redis", url, "examples.greeter.v1.Nobody/SayHello", `{}`)
 	if res.code != 2 || !strings.Contains(res.stderr, "no published schema") || !strings.Contains(res.stderr, "start a server") {
 		t.Errorf("unknown service: exit %d, stderr %q", res.code, res.stderr)
 	}
-	res = runRPRIO(t, "", "call", "--redis", url, "-H", "novalue", greeterService+"/SayHello", `{}`)
+	res = runCLI(t, "", "call", "--redis", url, "-H", "novalue", greeterService+"/SayHello", `{}`)
 	if res.code != 2 || !strings.Contains(res.stderr, "key:value") {
 		t.Errorf("bad header: exit %d, stderr %q", res.code, res.stderr)
 	}
@@ -173,7 +138,7 @@ func TestCallGreeter(t *testing.T) {
 func TestCallUsesOnlyThePublishedSchema(t *testing.T) {
 	rs := redistest.Start(t)
 	startGreeter(t, rs, "greeter-1")
-	target, err := loadTarget(context.Background(), rs.Client(t), tunnel.DefaultPrefix, greeterService+"/SayHello")
+	target, err := loadTarget(context.Background(), admin.New(rs.Client(t), admin.Options{}), greeterService+"/SayHello")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,18 +239,18 @@ func TestCallServiceNotLinkedIntoRPR(t *testing.T) {
 	srv.RegisterService(desc, struct{}{})
 	serve(t, rs, srv, service)
 
-	res := runRPRIO(t, "", "call", "--redis", rs.URL(), "-H", "volume:max", service+"/Shout", `{"text": "hello"}`)
+	res := runCLI(t, "", "call", "--redis", rs.URL(), "-H", "volume:max", service+"/Shout", `{"text": "hello"}`)
 	if res.code != 0 || !strings.Contains(res.stdout, `"loudText": "HELLO"`) {
 		t.Fatalf("call: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
-	res = runRPRIO(t, "", "call", "--redis", rs.URL(), service+"/Shout", `{"text": "hello"}`)
+	res = runCLI(t, "", "call", "--redis", rs.URL(), service+"/Shout", `{"text": "hello"}`)
 	for _, want := range []string{"FAILED_PRECONDITION (9)", "volume is not max", `rprtest.shout.v1.ShoutResponse {"loudText":"TOO QUIET"}`, "type.googleapis.com/rprtest.secret.v1.ShoutRequest (type not in the published schema"} {
 		if res.code != 1 || !strings.Contains(res.stderr, want) {
 			t.Errorf("failing call: exit %d, stderr %q; want 1 and %q", res.code, res.stderr, want)
 		}
 	}
 
-	res = runRPRIO(t, "", "ls", "--redis", rs.URL())
+	res = runCLI(t, "", "ls", "--redis", rs.URL())
 	if res.code != 0 || !strings.Contains(res.stdout, "Shout") || !strings.Contains(res.stdout, "idempotent") {
 		t.Errorf("ls: exit %d, stdout %q; want Shout flagged idempotent", res.code, res.stdout)
 	}
@@ -381,7 +346,7 @@ func TestCallAsyncEnqueues(t *testing.T) {
 	queue := tunnel.DefaultPrefix + "{" + mailerService + "}:req"
 	scheduled := tunnel.DefaultPrefix + "{" + mailerService + "}:retry"
 
-	res := runRPRIO(t, "", "call", "--redis", url, "-v", mailerService+"/Send", `"hello"`)
+	res := runCLI(t, "", "call", "--redis", url, "-v", mailerService+"/Send", `"hello"`)
 	if res.code != 0 {
 		t.Fatalf("call: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
@@ -400,7 +365,7 @@ func TestCallAsyncEnqueues(t *testing.T) {
 	}
 
 	// Scheduled, with an idempotency key.
-	res = runRPRIO(t, "", "call", "--redis", url, "--idempotency-key", "mail-42", "--delay", "1h", mailerService+"/Send", `"later"`)
+	res = runCLI(t, "", "call", "--redis", url, "--idempotency-key", "mail-42", "--delay", "1h", mailerService+"/Send", `"later"`)
 	if res.code != 0 {
 		t.Fatalf("delayed call: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
@@ -421,12 +386,12 @@ func TestCallAsyncEnqueues(t *testing.T) {
 		{"--delay", "1s", mailerService + "/Count"},
 		{"--idempotency-key", "k", mailerService + "/Count"},
 	} {
-		res = runRPRIO(t, "", append([]string{"call", "--redis", url}, args...)...)
+		res = runCLI(t, "", append([]string{"call", "--redis", url}, args...)...)
 		if res.code != 2 || !strings.Contains(res.stderr, "apply to async methods only; "+mailerService+"/Count is a unary method") {
 			t.Errorf("call %q: exit %d, stderr %q; want 2 and an error about async-only flags", args, res.code, res.stderr)
 		}
 	}
-	res = runRPRIO(t, "", "call", "--redis", url, "--delay", "-1s", mailerService+"/Send", `"x"`)
+	res = runCLI(t, "", "call", "--redis", url, "--delay", "-1s", mailerService+"/Send", `"x"`)
 	if res.code != 2 || !strings.Contains(res.stderr, "--delay -1s is negative") {
 		t.Errorf("negative delay: exit %d, stderr %q", res.code, res.stderr)
 	}
@@ -438,9 +403,9 @@ func TestCallAsyncEnqueues(t *testing.T) {
 func TestCallAsyncBacklogFull(t *testing.T) {
 	rs := redistest.Start(t)
 	publishMailerSchema(t, rs, 2)
-	var res rprResult
+	var res rprRun
 	for i := range 4 {
-		res = runRPRIO(t, "", "call", "--redis", rs.URL(), mailerService+"/Send", `"hello"`)
+		res = runCLI(t, "", "call", "--redis", rs.URL(), mailerService+"/Send", `"hello"`)
 		if res.code != 0 {
 			if i == 0 {
 				t.Fatalf("first call refused: exit %d, stderr %q", res.code, res.stderr)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	ordersv1 "github.com/rprtunnel/rpr/gen/examples/orders/v1"
@@ -156,9 +157,9 @@ func demoAsync(ctx context.Context, out io.Writer, rdb redis.UniversalClient, cl
 	if err != nil {
 		return err
 	}
-	dlq := tunnel.NewDeadLetterQueue(rdb, "", ordersv1.Orders_ServiceInfo.Name)
+	dlq := admin.New(rdb, admin.Options{}).Service(ordersv1.Orders_ServiceInfo.Name).DeadLetters()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		letters, err := dlq.List(ctx, tunnel.DeadLetterFilter{NewerThan: time.Minute}, 0)
+		letters, err := dlq.List(ctx, admin.DeadLetterFilter{NewerThan: time.Minute}, 0)
 		if err != nil {
 			return err
 		}

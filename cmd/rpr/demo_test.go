@@ -40,7 +40,7 @@ func TestDemoShowsTheThreeOutcomes(t *testing.T) {
 }
 
 func TestEveryCommandHasHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"demo", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"demo", "--help"}, {"exporter", "--help"}} {
 		root := newRootCommand()
 		var out bytes.Buffer
 		root.SetOut(&out)

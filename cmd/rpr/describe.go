@@ -10,14 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	"github.com/rprtunnel/rpr/tunnel"
+	"github.com/rprtunnel/rpr/admin"
 )
 
 // schemaTarget is a service, and maybe one of its methods, as the schema
@@ -33,16 +32,16 @@ type schemaTarget struct {
 
 // loadTarget resolves "pkg.Service", "pkg.Service/Method" or
 // "pkg.Service.Method" against the schemas published in Redis.
-func loadTarget(ctx context.Context, rdb redis.UniversalClient, prefix, arg string) (*schemaTarget, error) {
+func loadTarget(ctx context.Context, a *admin.Client, arg string) (*schemaTarget, error) {
 	service, method, explicit := strings.Cut(arg, "/")
 	if explicit && (service == "" || method == "" || strings.Contains(method, "/")) {
 		return nil, fmt.Errorf("%q is not a method name: write pkg.Service/Method, e.g. examples.greeter.v1.Greeter/SayHello", arg)
 	}
-	files, err := tunnel.LoadSchemaFiles(ctx, rdb, prefix, service)
-	if !explicit && errors.Is(err, tunnel.ErrNoSchema) {
+	files, err := a.Service(service).SchemaFiles(ctx)
+	if !explicit && errors.Is(err, admin.ErrNoSchema) {
 		// Perhaps pkg.Service.Method, as grpcurl accepts.
 		if i := strings.LastIndexByte(arg, '.'); i > 0 {
-			if alt, altErr := tunnel.LoadSchemaFiles(ctx, rdb, prefix, arg[:i]); altErr == nil {
+			if alt, altErr := a.Service(arg[:i]).SchemaFiles(ctx); altErr == nil {
 				files, err, service, method = alt, nil, arg[:i], arg[i+1:]
 			}
 		}
@@ -50,7 +49,7 @@ func loadTarget(ctx context.Context, rdb redis.UniversalClient, prefix, arg stri
 	if err != nil {
 		return nil, err
 	}
-	sd, err := tunnel.ServiceInFiles(files, service)
+	sd, err := admin.ServiceInFiles(files, service)
 	if err != nil {
 		return nil, err
 	}
@@ -86,12 +85,12 @@ they use (types are named in full). No local .proto file is needed.`,
   rpr describe examples.greeter.v1.Greeter/SayHello`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			target, err := loadTarget(ctx, rdb, rf.prefix, args[0])
+			target, err := loadTarget(ctx, a, args[0])
 			if err != nil {
 				return err
 			}

@@ -17,7 +17,7 @@ func TestDescribe(t *testing.T) {
 	rs := redistest.Start(t)
 	startGreeter(t, rs, "greeter-describe-1")
 
-	res := runRPRIO(t, "", "describe", "--redis", rs.URL(), greeterService)
+	res := runCLI(t, "", "describe", "--redis", rs.URL(), greeterService)
 	if res.code != 0 {
 		t.Fatalf("describe: exit %d, stderr %q", res.code, res.stderr)
 	}
@@ -35,17 +35,17 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 
-	res = runRPRIO(t, "", "describe", "--redis", rs.URL(), greeterService+"/SayHello")
+	res = runCLI(t, "", "describe", "--redis", rs.URL(), greeterService+"/SayHello")
 	if res.code != 0 || !strings.Contains(res.stdout, "rpc SayHello(") || strings.Contains(res.stdout, "SlowHello") ||
 		!strings.Contains(res.stdout, "message examples.greeter.v1.SayHelloResponse {") {
 		t.Errorf("describe method: exit %d, stdout %q", res.code, res.stdout)
 	}
 
-	res = runRPRIO(t, "", "describe", "--redis", rs.URL(), greeterService+"/Nope")
+	res = runCLI(t, "", "describe", "--redis", rs.URL(), greeterService+"/Nope")
 	if res.code == 0 || !strings.Contains(res.stderr, `no method "Nope"`) {
 		t.Errorf("unknown method: exit %d, stderr %q", res.code, res.stderr)
 	}
-	res = runRPRIO(t, "", "describe", "--redis", rs.URL(), "nope.v1.Nope")
+	res = runCLI(t, "", "describe", "--redis", rs.URL(), "nope.v1.Nope")
 	if res.code == 0 || !strings.Contains(res.stderr, "no published schema") {
 		t.Errorf("unknown service: exit %d, stderr %q", res.code, res.stderr)
 	}
@@ -113,7 +113,7 @@ file: {
 	if err := rs.Client(t).Set(t.Context(), "rpr:v1:{rprtest.shapes.v1.Orders}:schema", raw, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res := runRPRIO(t, "", "describe", "--redis", rs.URL(), "rprtest.shapes.v1.Orders")
+	res := runCLI(t, "", "describe", "--redis", rs.URL(), "rprtest.shapes.v1.Orders")
 	const want = `// rprtest.shapes.v1.Orders, from rprtest/shapes/v1/shapes.proto
 service rprtest.shapes.v1.Orders {
   option deprecated = true;

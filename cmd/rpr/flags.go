@@ -1,5 +1,8 @@
 package main
 
+// The flags and argument checks the commands share: how a command reaches
+// Redis, how a group of subcommands behaves, and usage errors.
+
 import (
 	"context"
 	"fmt"
@@ -9,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -27,20 +31,28 @@ func (f *redisFlags) register(cmd *cobra.Command) {
 func (f *redisFlags) open(ctx context.Context) (redis.UniversalClient, error) {
 	rdb, err := tunnel.Open(ctx, f.url)
 	if err != nil {
-		return nil, exitError{code: 2, cause: err}
+		return nil, badInput(err)
 	}
 	return rdb, nil
 }
 
+// handle returns the operator handle of the deployment the flags name, on
+// rdb: the one admin.Client of a command run.
+func (f *redisFlags) handle(rdb redis.UniversalClient) *admin.Client {
+	return admin.New(rdb, admin.Options{Prefix: f.prefix})
+}
+
 // connect opens the --redis URL for one run of cmd, everything bounded by
-// timeout; done closes the connection and ends the context.
-func (f *redisFlags) connect(cmd *cobra.Command, timeout time.Duration) (ctx context.Context, rdb redis.UniversalClient, done func(), err error) {
+// timeout, and returns the admin handle on it; done closes the connection
+// and ends the context.
+func (f *redisFlags) connect(cmd *cobra.Command, timeout time.Duration) (ctx context.Context, a *admin.Client, done func(), err error) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-	if rdb, err = f.open(ctx); err != nil {
+	rdb, err := f.open(ctx)
+	if err != nil {
 		cancel()
 		return nil, nil, nil, err
 	}
-	return ctx, rdb, func() { _ = rdb.Close(); cancel() }, nil
+	return ctx, f.handle(rdb), func() { _ = rdb.Close(); cancel() }, nil
 }
 
 // commandGroup makes cmd a group of the subcommands subs (dlq, limits,
@@ -60,11 +72,22 @@ func commandGroup(cmd *cobra.Command, verbs string, subs ...*cobra.Command) *cob
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 			hint = "did you mean " + strings.Join(s, " or ") + "?"
 		}
-		return exitError{code: 2, cause: fmt.Errorf("unknown command %q for %q: %s (%s --help)", args[0], path, hint, path)}
+		return badInput(fmt.Errorf("unknown command %q for %q: %s (%s --help)", args[0], path, hint, path))
 	}
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return exitError{code: 2, cause: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+		return badInput(fmt.Errorf("%w (see %s --help)", err, c.CommandPath()))
 	})
 	cmd.AddCommand(subs...)
 	return cmd
+}
+
+// usageArgs checks the number of arguments (max -1: no limit), with usage
+// in the message and exit status 2.
+func usageArgs(minArgs, maxArgs int, usage string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < minArgs || (maxArgs >= 0 && len(args) > maxArgs) {
+			return badInput(fmt.Errorf("usage: %s", usage))
+		}
+		return nil
+	}
 }

@@ -7,21 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rprtunnel/rpr/tunnel"
+	"github.com/rprtunnel/rpr/admin"
 )
-
-// exitError ends rpr with a given exit status; cause, when set, is printed.
-type exitError struct {
-	code  int
-	cause error
-}
-
-func (e exitError) Error() string {
-	if e.cause != nil {
-		return e.cause.Error()
-	}
-	return fmt.Sprintf("exit status %d", e.code)
-}
 
 func newHealthCommand() *cobra.Command {
 	var rf redisFlags
@@ -35,18 +22,18 @@ worker with its last beat. It exits 0 when at least one worker is live
 		Example: `  rpr health --redis redis://10.0.0.5:6379/0 examples.greeter.v1.Greeter`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			h, err := tunnel.CheckHealth(ctx, rdb, rf.prefix, args[0])
+			h, err := a.Service(args[0]).Health(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			printHealth(cmd.OutOrStdout(), h)
 			if !h.Serving() {
-				return exitError{code: 1}
+				return exitError{code: exitFailed}
 			}
 			return nil
 		},
@@ -56,7 +43,7 @@ worker with its last beat. It exits 0 when at least one worker is live
 	return cmd
 }
 
-func printHealth(out io.Writer, h tunnel.Health) {
+func printHealth(out io.Writer, h admin.Health) {
 	if !h.Serving() {
 		fmt.Fprintf(out, "%s: NOT SERVING (no worker has beaten in the last 5s)\n", h.Service)
 	} else {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -14,26 +12,6 @@ import (
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
-
-// runRPR runs the rpr command line in-process and returns its output and
-// exit status.
-func runRPR(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	root := newRootCommand()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	var exit exitError
-	switch {
-	case err == nil:
-		return out.String(), 0
-	case errors.As(err, &exit):
-		return out.String() + err.Error(), exit.code
-	}
-	return out.String() + err.Error(), 1
-}
 
 func TestHealthExitStatus(t *testing.T) {
 	rs := redistest.Start(t)

@@ -1,9 +1,9 @@
 package main
 
 // rpr limits: list and change a service's rate limits, the rules clients
-// read from Redis every second (see tunnel/limiter.go). The library checks
-// rules (tunnel.LimitRule.Normalize); this file maps its errors onto the
-// flags that caused them, with an example, and exit status 2.
+// read from Redis every second. The admin handle checks rules
+// (admin.LimitRule.Normalize); these commands map its errors onto the flags
+// that caused them, with an example, and exit status 2.
 
 import (
 	"errors"
@@ -12,12 +12,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/rprtunnel/rpr/tunnel"
+	"github.com/rprtunnel/rpr/admin"
 )
 
 func newLimitsCommand() *cobra.Command {
@@ -54,12 +53,12 @@ Algorithms:
 func checkLimitsService(arg, usage string) error {
 	switch {
 	case arg == "":
-		return exitError{code: 2, cause: fmt.Errorf("name the service: %s", usage)}
+		return badInput(fmt.Errorf("name the service: %s", usage))
 	case strings.Contains(arg, "/"):
 		svc, method, _ := strings.Cut(arg, "/")
-		return exitError{code: 2, cause: fmt.Errorf("%q names a method; name the service and the method with --method: %s ... --method %s", arg, svc, method)}
+		return badInput(fmt.Errorf("%q names a method; name the service and the method with --method: %s ... --method %s", arg, svc, method))
 	case strings.ContainsAny(arg, "{} \t:"):
-		return exitError{code: 2, cause: fmt.Errorf("%q is not a service name; write pkg.Service, e.g. examples.orders.v1.Orders", arg)}
+		return badInput(fmt.Errorf("%q is not a service name; write pkg.Service, e.g. examples.orders.v1.Orders", arg))
 	}
 	return nil
 }
@@ -79,30 +78,31 @@ the entries of its limits hash that are not valid rules (clients ignore
 those and log a warning). -o json prints the same as JSON.`,
 		Example: `  rpr limits ls examples.orders.v1.Orders
   rpr limits ls examples.orders.v1.Orders -o json | jq '.rules[].name'`,
-		Args: dlqArgs(1, 1, usage),
+		Args: usageArgs(1, 1, usage),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLimitsService(args[0], usage); err != nil {
 				return err
 			}
-			if output != "table" && output != "json" {
-				return exitError{code: 2, cause: fmt.Errorf("-o %q: want table or json, e.g. -o json", output)}
+			if err := checkOutput(output, "table", "json"); err != nil {
+				return err
 			}
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			rules, invalid, err := tunnel.ListLimits(ctx, rdb, rf.prefix, args[0])
+			limits := a.Service(args[0]).Limits()
+			rules, invalid, err := limits.List(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
-			key := tunnel.LimitsKey(rf.prefix, args[0])
+			key := limits.Key()
 			if output == "json" {
 				return writeLimitsJSON(cmd.OutOrStdout(), args[0], key, rules, invalid)
 			}
 			printLimits(cmd.OutOrStdout(), args[0], key, rules, invalid)
 			if len(rules) == 0 && len(invalid) == 0 {
-				if hint := unknownServiceHint(ctx, rdb, rf.prefix, args[0]); hint != "" {
+				if hint := unknownServiceHint(ctx, a, args[0]); hint != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", hint)
 				}
 			}
@@ -115,18 +115,18 @@ those and log a warning). -o json prints the same as JSON.`,
 	return cmd
 }
 
-func printLimits(out io.Writer, service, key string, rules []tunnel.LimitRule, invalid []tunnel.InvalidLimit) {
+func printLimits(out io.Writer, service, key string, rules []admin.LimitRule, invalid []admin.InvalidLimit) {
 	if len(rules) == 0 && len(invalid) == 0 {
 		fmt.Fprintf(out, "%s has no rate limits (%s is empty); add one with\n  rpr limits set %s RULE --limit 100 --window 1s\n", service, key, service)
 		return
 	}
 	fmt.Fprintf(out, "%s: %d rate-limit rule%s (%s; clients apply changes within a second)\n", service, len(rules), plural(len(rules)), key)
 	if len(rules) > 0 {
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		tw := newTable(out)
 		fmt.Fprintln(tw, "RULE\tMETHOD\tTIER\tLIMIT\tWINDOW\tALGORITHM\tBURST")
 		for _, r := range rules {
 			burst := "-"
-			if r.Algorithm == tunnel.LimitGCRA {
+			if r.Algorithm == admin.LimitGCRA {
 				burst = strconv.FormatInt(r.Burst, 10)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%s\t%s\n", r.Name, r.Method, r.Tier, r.Limit, r.Window, r.Algorithm, burst)
@@ -149,7 +149,7 @@ type limitJSON struct {
 	Burst     int64  `json:"burst,omitempty"`
 }
 
-func writeLimitsJSON(out io.Writer, service, key string, rules []tunnel.LimitRule, invalid []tunnel.InvalidLimit) error {
+func writeLimitsJSON(out io.Writer, service, key string, rules []admin.LimitRule, invalid []admin.InvalidLimit) error {
 	type invalidJSON struct {
 		Name  string `json:"name"`
 		Value string `json:"value"`
@@ -229,7 +229,7 @@ apply it within a second. RULE is 1-64 letters, digits, '.', '_' or '-'.`,
 		Example: `  rpr limits set examples.orders.v1.Orders free --tier free --limit 10 --window 1s
   rpr limits set examples.orders.v1.Orders search --method Search --limit 5 --window 1m
   rpr limits set examples.orders.v1.Orders vip --tier vip --limit 1000 --window 1s --algorithm gcra --burst 100`,
-		Args: dlqArgs(2, 2, usage),
+		Args: usageArgs(2, 2, usage),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLimitsService(args[0], usage); err != nil {
 				return err
@@ -237,28 +237,29 @@ apply it within a second. RULE is 1-64 letters, digits, '.', '_' or '-'.`,
 			flags := cmd.Flags()
 			switch {
 			case !flags.Changed("limit"):
-				return exitError{code: 2, cause: errors.New("--limit is required: the calls each caller may make per window, e.g. --limit 100")}
+				return badInput(errors.New("--limit is required: the calls each caller may make per window, e.g. --limit 100"))
 			case !flags.Changed("window"):
-				return exitError{code: 2, cause: errors.New("--window is required: the sliding window the limit counts over, e.g. --window 1s")}
-			case algorithm != tunnel.LimitLog && algorithm != tunnel.LimitGCRA:
-				return exitError{code: 2, cause: fmt.Errorf("--algorithm %q: want log (exact) or gcra (constant memory), e.g. --algorithm gcra", algorithm)}
+				return badInput(errors.New("--window is required: the sliding window the limit counts over, e.g. --window 1s"))
+			case algorithm != admin.LimitLog && algorithm != admin.LimitGCRA:
+				return badInput(fmt.Errorf("--algorithm %q: want log (exact) or gcra (constant memory), e.g. --algorithm gcra", algorithm))
 			}
-			rule := tunnel.LimitRule{Name: args[1], Method: method, Tier: tier, Limit: limit.n, Window: window.d, Algorithm: algorithm, Burst: burst.n}
+			rule := admin.LimitRule{Name: args[1], Method: method, Tier: tier, Limit: limit.n, Window: window.d, Algorithm: algorithm, Burst: burst.n}
 			if _, err := rule.Normalize(args[0]); err != nil {
 				return limitFlagError(err)
 			}
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			before, _, err := tunnel.ListLimits(ctx, rdb, rf.prefix, args[0])
+			limits := a.Service(args[0]).Limits()
+			before, _, err := limits.List(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
-			stored, err := tunnel.SetLimit(ctx, rdb, rf.prefix, args[0], rule)
+			stored, err := limits.Set(ctx, rule)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			out := cmd.OutOrStdout()
 			verb := "added"
@@ -268,7 +269,7 @@ apply it within a second. RULE is 1-64 letters, digits, '.', '_' or '-'.`,
 				}
 			}
 			fmt.Fprintf(out, "%s %s: %s\n  %s; clients apply it within a second\n", args[0], stored.Name, stored, verb)
-			if hint := unknownServiceHint(ctx, rdb, rf.prefix, args[0]); hint != "" {
+			if hint := unknownServiceHint(ctx, a, args[0]); hint != "" {
 				fmt.Fprintf(out, "note: %s\n", hint)
 			}
 			return nil
@@ -280,7 +281,7 @@ apply it within a second. RULE is 1-64 letters, digits, '.', '_' or '-'.`,
 	f.StringVar(&tier, "tier", "*", "caller tier the rule applies to (x-rpr-tier; callers without one are \"normal\"), or * for every tier")
 	f.Var(&limit, "limit", "calls each caller may make per window (required)")
 	f.Var(&window, "window", "the sliding window: 1s, 500ms, 1m ... up to 24h (required)")
-	f.StringVar(&algorithm, "algorithm", tunnel.LimitLog, "log (exact sliding log, memory grows with the limit) or gcra (constant memory, allows bursts)")
+	f.StringVar(&algorithm, "algorithm", admin.LimitLog, "log (exact sliding log, memory grows with the limit) or gcra (constant memory, allows bursts)")
 	f.Var(&burst, "burst", "gcra only: calls let through at once after a quiet spell (default: the limit)")
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "give up on Redis after this long")
 	return cmd
@@ -289,14 +290,14 @@ apply it within a second. RULE is 1-64 letters, digits, '.', '_' or '-'.`,
 // limitFlagError turns a rule error into exit status 2 naming the flag (or
 // the RULE argument) at fault, with an example.
 func limitFlagError(err error) error {
-	var re *tunnel.LimitRuleError
+	var re *admin.LimitRuleError
 	if !errors.As(err, &re) {
-		return exitError{code: 2, cause: err}
+		return badInput(err)
 	}
 	if re.Field == "name" {
-		return exitError{code: 2, cause: fmt.Errorf("rule name %q %s, e.g. %s", re.Value, re.Problem, re.Example)}
+		return badInput(fmt.Errorf("rule name %q %s, e.g. %s", re.Value, re.Problem, re.Example))
 	}
-	return exitError{code: 2, cause: fmt.Errorf("--%s %s: %s, e.g. --%s %s", re.Field, re.Value, re.Problem, re.Field, re.Example)}
+	return badInput(fmt.Errorf("--%s %s: %s, e.g. --%s %s", re.Field, re.Value, re.Problem, re.Field, re.Example))
 }
 
 // ---- rm ----
@@ -312,22 +313,23 @@ func newLimitsRmCommand() *cobra.Command {
 counters expire within a window. It exits 1 when the service has no such
 rule.`,
 		Example: `  rpr limits rm examples.orders.v1.Orders free`,
-		Args:    dlqArgs(2, 2, usage),
+		Args:    usageArgs(2, 2, usage),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLimitsService(args[0], usage); err != nil {
 				return err
 			}
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			removed, err := tunnel.RemoveLimit(ctx, rdb, rf.prefix, args[0], args[1])
+			limits := a.Service(args[0]).Limits()
+			removed, err := limits.Remove(ctx, args[1])
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			if !removed {
-				rules, invalid, _ := tunnel.ListLimits(ctx, rdb, rf.prefix, args[0])
+				rules, invalid, _ := limits.List(ctx)
 				var names []string
 				for _, r := range rules {
 					names = append(names, r.Name)
@@ -340,7 +342,7 @@ rule.`,
 					slices.Sort(names)
 					has = "its rules: " + strings.Join(names, ", ")
 				}
-				return exitError{code: 1, cause: fmt.Errorf("%s has no rate-limit rule %q (%s)", args[0], args[1], has)}
+				return failed(fmt.Errorf("%s has no rate-limit rule %q (%s)", args[0], args[1], has))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: removed; clients stop applying it within a second\n", args[0], args[1])
 			return nil

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/internal/redistest"
-	"github.com/rprtunnel/rpr/tunnel"
 )
 
 const limitsSvc = "examples.orders.v1.Orders"
@@ -37,11 +37,11 @@ func TestLimitsSetLsRm(t *testing.T) {
 	}
 
 	// What the CLI stored is what clients read.
-	rules, invalid, err := tunnel.ListLimits(context.Background(), rs.Client(t), "", limitsSvc)
+	rules, invalid, err := serviceOf(rs.Client(t), limitsSvc).Limits().List(context.Background())
 	if err != nil || len(invalid) != 0 || len(rules) != 2 {
 		t.Fatalf("ListLimits: %+v, %+v, %v", rules, invalid, err)
 	}
-	want := tunnel.LimitRule{Name: "vip-search", Method: limitsSvc + "/Search", Tier: "vip", Limit: 1000, Window: time.Minute, Algorithm: "gcra", Burst: 100}
+	want := admin.LimitRule{Name: "vip-search", Method: limitsSvc + "/Search", Tier: "vip", Limit: 1000, Window: time.Minute, Algorithm: "gcra", Burst: 100}
 	if rules[1] != want {
 		t.Errorf("stored %+v, want %+v", rules[1], want)
 	}
@@ -61,7 +61,7 @@ func TestLimitsSetLsRm(t *testing.T) {
 	}
 
 	rdb := rs.Client(t)
-	if err := rdb.HSet(context.Background(), tunnel.LimitsKey("", limitsSvc), "broken", "{nope").Err(); err != nil {
+	if err := rdb.HSet(context.Background(), serviceOf(rdb, limitsSvc).Limits().Key(), "broken", "{nope").Err(); err != nil {
 		t.Fatal(err)
 	}
 	out, code = runRPR(t, "limits", "ls", "--redis", url, limitsSvc, "-o", "json")
@@ -144,7 +144,7 @@ func TestLimitsSetRejectsBadInput(t *testing.T) {
 			t.Errorf("%v: exit %d, output %q; want 2 and %q", tc.args, code, out, tc.want)
 		}
 	}
-	if rules, _, _ := tunnel.ListLimits(context.Background(), rs.Client(t), "", limitsSvc); len(rules) != 0 {
+	if rules, _, _ := serviceOf(rs.Client(t), limitsSvc).Limits().List(context.Background()); len(rules) != 0 {
 		t.Errorf("rejected input stored rules: %+v", rules)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/rprtunnel/rpr/admin"
 	rprv1 "github.com/rprtunnel/rpr/gen/rpr/v1"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -38,14 +38,14 @@ deprecated.`,
 		Example: `  rpr ls --redis redis://10.0.0.5:6379/0`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			names, err := tunnel.ListServices(ctx, rdb, rf.prefix)
+			names, err := a.Services(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			out := cmd.OutOrStdout()
 			if len(names) == 0 {
@@ -56,15 +56,12 @@ deprecated.`,
 				if i > 0 {
 					fmt.Fprintln(out)
 				}
-				h, err := tunnel.CheckHealth(ctx, rdb, rf.prefix, name)
+				svc := a.Service(name)
+				h, err := svc.Health(ctx)
 				if err != nil {
-					return exitError{code: 2, cause: err}
+					return badInput(err)
 				}
-				var sd protoreflect.ServiceDescriptor
-				files, schemaErr := tunnel.LoadSchemaFiles(ctx, rdb, rf.prefix, name)
-				if schemaErr == nil {
-					sd, schemaErr = tunnel.ServiceInFiles(files, name)
-				}
+				sd, schemaErr := svc.Schema(ctx)
 				printService(out, h, sd, schemaErr)
 			}
 			return nil
@@ -77,7 +74,7 @@ deprecated.`,
 
 // printService prints one service of rpr ls: a header line, a table of
 // methods (from sd; schemaErr says why there is none) and one of workers.
-func printService(out io.Writer, h tunnel.Health, sd protoreflect.ServiceDescriptor, schemaErr error) {
+func printService(out io.Writer, h admin.Health, sd protoreflect.ServiceDescriptor, schemaErr error) {
 	live := 0
 	for _, w := range h.Workers {
 		if w.Live {
@@ -90,7 +87,7 @@ func printService(out io.Writer, h tunnel.Health, sd protoreflect.ServiceDescrip
 	}
 	fmt.Fprintf(out, "%s  %s\n", h.Service, status)
 
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	tw := newTable(out)
 	switch {
 	case sd != nil:
 		fmt.Fprintln(tw, "  METHOD\tFLAGS\tTIMEOUT\tREQUEST -> RESPONSE")
@@ -102,7 +99,7 @@ func printService(out io.Writer, h tunnel.Health, sd protoreflect.ServiceDescrip
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s -> %s\n", md.Name(), methodFlags(md), timeout, md.Input().FullName(), md.Output().FullName())
 		}
-	case errors.Is(schemaErr, tunnel.ErrNoSchema):
+	case errors.Is(schemaErr, admin.ErrNoSchema):
 		fmt.Fprintln(tw, "  methods unknown: no schema published (servers built with an rpr that publishes schemas do so when they start)")
 	default:
 		fmt.Fprintf(tw, "  methods unknown: %v\n", schemaErr)
@@ -113,7 +110,7 @@ func printService(out io.Writer, h tunnel.Health, sd protoreflect.ServiceDescrip
 		fmt.Fprintln(out, "  no workers (none has beaten in the last minute)")
 		return
 	}
-	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	tw = newTable(out)
 	fmt.Fprintln(tw, "  WORKER\tSTATE\tHOST\tPID\tLANE\tSHARDS\tLAST BEAT")
 	for _, w := range h.Workers {
 		state := "live"
@@ -169,11 +166,4 @@ func methodFlags(md protoreflect.MethodDescriptor) string {
 		return "-"
 	}
 	return strings.Join(flags, ",")
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }

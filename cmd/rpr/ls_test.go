@@ -11,13 +11,13 @@ import (
 func TestLs(t *testing.T) {
 	rs := redistest.Start(t)
 
-	res := runRPRIO(t, "", "ls", "--redis", rs.URL())
+	res := runCLI(t, "", "ls", "--redis", rs.URL())
 	if res.code != 0 || !strings.Contains(res.stdout, "no services") {
 		t.Fatalf("empty Redis: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
 	}
 
 	startGreeter(t, rs, "greeter-ls-1")
-	res = runRPRIO(t, "", "ls", "--redis", rs.URL())
+	res = runCLI(t, "", "ls", "--redis", rs.URL())
 	if res.code != 0 {
 		t.Fatalf("ls: exit %d, stderr %q", res.code, res.stderr)
 	}
@@ -36,12 +36,12 @@ func TestLs(t *testing.T) {
 	}
 
 	// A prefix with no services.
-	res = runRPRIO(t, "", "ls", "--redis", rs.URL(), "--prefix", "other:")
+	res = runCLI(t, "", "ls", "--redis", rs.URL(), "--prefix", "other:")
 	if res.code != 0 || !strings.Contains(res.stdout, `no services under prefix "other:"`) {
 		t.Errorf("other prefix: exit %d, stdout %q", res.code, res.stdout)
 	}
 
-	res = runRPRIO(t, "", "ls", "--redis", "redis://127.0.0.1:1/0")
+	res = runCLI(t, "", "ls", "--redis", "redis://127.0.0.1:1/0")
 	if res.code != 2 {
 		t.Errorf("unreachable Redis: exit %d, stderr %q; want 2", res.code, res.stderr)
 	}
@@ -53,7 +53,7 @@ func TestLsServiceWithoutSchema(t *testing.T) {
 	if err := rs.Client(t).HSet(t.Context(), "rpr:v1:{old.v1.Legacy}:workers", "w1", `{"host":"h","pid":1,"started_ms":1,"beat_ms":1}`).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res := runRPRIO(t, "", "ls", "--redis", rs.URL())
+	res := runCLI(t, "", "ls", "--redis", rs.URL())
 	for _, want := range []string{"old.v1.Legacy  NOT SERVING", "no schema published", "w1", "silent"} {
 		if res.code != 0 || !strings.Contains(res.stdout, want) {
 			t.Errorf("exit %d, stdout %q; want %q", res.code, res.stdout, want)

@@ -5,12 +5,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -22,17 +20,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	var exit exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		if exit.cause != nil {
-			fmt.Fprintln(os.Stderr, "rpr:", strings.TrimPrefix(exit.cause.Error(), "rpr: "))
-		}
-		os.Exit(exit.code)
-	default:
-		fmt.Fprintln(os.Stderr, "rpr:", strings.TrimPrefix(err.Error(), "rpr: "))
-		os.Exit(1)
+	if code := reportError(os.Stderr, err); code != 0 {
+		os.Exit(code)
 	}
 }
 
@@ -48,7 +37,22 @@ Start with "rpr demo".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCommand(), newHealthCommand(), newLsCommand(), newDescribeCommand(), newCallCommand(), newStatsCommand(), newTopCommand(), newTraceCommand(), newDlqCommand(), newBenchCommand(), newLimitsCommand(), newRoutesCommand(), newShardsCommand())
+	root.AddCommand(
+		newDemoCommand(),
+		newHealthCommand(),
+		newLsCommand(),
+		newDescribeCommand(),
+		newCallCommand(),
+		newStatsCommand(),
+		newTopCommand(),
+		newTraceCommand(),
+		newDlqCommand(),
+		newBenchCommand(),
+		newLimitsCommand(),
+		newRoutesCommand(),
+		newShardsCommand(),
+		newExporterCommand(),
+	)
 	return root
 }
 

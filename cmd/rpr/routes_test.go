@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	ordersv1 "github.com/rprtunnel/rpr/gen/examples/orders/v1"
@@ -89,9 +90,9 @@ func startLaneServer(t *testing.T, rs *redistest.Server, service, lane string, c
 	return stop
 }
 
-func laneOf(t *testing.T, rs *redistest.Server, service, lane string) tunnel.LaneStatus {
+func laneOf(t *testing.T, rs *redistest.Server, service, lane string) admin.LaneStatus {
 	t.Helper()
-	lanes, err := tunnel.Lanes(context.Background(), rs.Client(t), "", service)
+	lanes, err := serviceOf(rs.Client(t), service).Lanes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func routes(t *testing.T, rs *redistest.Server, verb string, args ...string) rprRun {
 	t.Helper()
-	return runDlqCLI(t, "", append([]string{"routes", verb, "--redis", rs.URL()}, args...)...)
+	return runCLI(t, "", append([]string{"routes", verb, "--redis", rs.URL()}, args...)...)
 }
 
 // TestRoutesSetLsTestRm: what set writes is what ls and test show and
@@ -138,7 +139,7 @@ func TestRoutesSetLsTestRm(t *testing.T) {
 	}
 
 	// What the CLI stored is what the library reads.
-	table, err := tunnel.NewRouteTable(rs.Client(t), "", greeterService).List(context.Background())
+	table, err := serviceOf(rs.Client(t), greeterService).Routes().List(context.Background())
 	if err != nil || len(table) != 2 || table[1].Pattern != all || len(table[1].Rules) != 2 || table[1].Rules[1].String() != "v1:90,v2:10" {
 		t.Fatalf("List = %+v, %v", table, err)
 	}
@@ -266,7 +267,7 @@ func TestRoutesRejectBadInput(t *testing.T) {
 	} {
 		args := append([]string{"routes"}, tc.args...)
 		args = append(args, "--redis", url)
-		res := runDlqCLI(t, "", args...)
+		res := runCLI(t, "", args...)
 		if res.code != 2 {
 			t.Errorf("rpr %s: exit %d, want 2\n%v", strings.Join(args, " "), res.code, res)
 			continue
@@ -277,11 +278,11 @@ func TestRoutesRejectBadInput(t *testing.T) {
 			}
 		}
 	}
-	if res := runDlqCLI(t, "", "routes", "sett"); res.code != 2 || !strings.Contains(res.stderr, "did you mean set") {
+	if res := runCLI(t, "", "routes", "sett"); res.code != 2 || !strings.Contains(res.stderr, "did you mean set") {
 		t.Errorf("routes sett: %v", res)
 	}
 	// Nothing was written by any of them.
-	if table, err := tunnel.NewRouteTable(rs.Client(t), "", greeterService).List(context.Background()); err != nil || len(table) != 0 {
+	if table, err := serviceOf(rs.Client(t), greeterService).Routes().List(context.Background()); err != nil || len(table) != 0 {
 		t.Errorf("bad input changed the table: %+v, %v", table, err)
 	}
 }

@@ -1,7 +1,7 @@
 package main
 
-// rpr shards: read and change the number of shards recorded for a service
-// (see tunnel/shards.go), the count every client and server follows.
+// rpr shards: read and change the number of shards recorded for a service,
+// the count every client and server follows.
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -45,25 +46,25 @@ func newShardsGetCommand() *cobra.Command {
 		Short:             "Print the number of shards recorded for a service",
 		Long:              `get prints the number of shards recorded for a service: 1 when none is recorded (the service is not sharded).`,
 		Example:           "  " + example,
-		Args:              dlqArgs(1, 1, "rpr shards get SERVICE, e.g. "+example),
+		Args:              usageArgs(1, 1, "rpr shards get SERVICE, e.g. "+example),
 		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkServiceName(args[0], example); err != nil {
 				return err
 			}
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			n, err := tunnel.ShardCount(ctx, rdb, rf.prefix, args[0])
+			n, err := a.Service(args[0]).Shards(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%s: %d shard%s\n", args[0], n, plural(n))
 			if n == 1 {
-				if hint := unknownServiceHint(ctx, rdb, rf.prefix, args[0]); hint != "" {
+				if hint := unknownServiceHint(ctx, a, args[0]); hint != "" {
 					fmt.Fprintf(out, "note: %s\n", hint)
 				}
 			}
@@ -100,7 +101,7 @@ of a request sent before the change is not recognised: change N when no
 such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
 		Example: `  rpr shards set examples.orders.v1.Orders 4
   rpr shards set examples.orders.v1.Orders 1`,
-		Args:              dlqArgs(2, 2, usage),
+		Args:              usageArgs(2, 2, usage),
 		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			service := args[0]
@@ -109,29 +110,31 @@ such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
 			}
 			n, err := strconv.Atoi(strings.TrimSpace(args[1]))
 			if err != nil || n < 1 || n > tunnel.MaxShards {
-				return exitError{code: 2, cause: fmt.Errorf("N %q: want a whole number of shards from 1 to %d, e.g. %s %s 4", args[1], tunnel.MaxShards, "rpr shards set", service)}
+				//lint:ignore ST1005 N is the argument, named as the usage line names it
+				return badInput(fmt.Errorf("N %q: want a whole number of shards from 1 to %d, e.g. %s %s 4", args[1], tunnel.MaxShards, "rpr shards set", service))
 			}
-			ctx, rdb, done, err := rf.connect(cmd, timeout)
+			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			current, err := tunnel.ShardCount(ctx, rdb, rf.prefix, service)
+			svc := a.Service(service)
+			current, err := svc.Shards(ctx)
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			out := cmd.OutOrStdout()
 			if n == current {
 				fmt.Fprintf(out, "%s: already %d shard%s; nothing changed\n", service, n, plural(n))
 				return nil
 			}
-			if err := tunnel.SetShardCount(ctx, rdb, rf.prefix, service, n); err != nil {
-				// The library's refusal is the one error that is not
+			if err := svc.SetShards(ctx, n); err != nil {
+				// The handle's refusal is the one error that is not
 				// Redis failing: the change is possible later.
-				if errors.Is(err, tunnel.ErrShardsHoldRequests) {
-					return exitError{code: 1, cause: fmt.Errorf("%s (nothing changed; see the README's \"Changing the shard count\")", strings.TrimPrefix(err.Error(), "rpr: "))}
+				if errors.Is(err, admin.ErrShardsHoldRequests) {
+					return failed(fmt.Errorf("%s (nothing changed; see the README's \"Changing the shard count\")", strings.TrimPrefix(err.Error(), "rpr: ")))
 				}
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			fmt.Fprintf(out, "%s: %d -> %d shards; clients and servers follow within a second\n", service, current, n)
 			if n > current {
@@ -144,7 +147,7 @@ such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
 				fmt.Fprintf(out, "  running servers keep reading %s until they stop; a process configured for more than %d shard%s ((rpr.v1.service).shards or the Shards options) raises the count again when it starts: deploy the lower setting too\n", removed, n, plural(n))
 			}
 			fmt.Fprintf(out, "  async requests with an idempotency key now map to other shards: a duplicate of one sent before the change may run again\n")
-			if hint := unknownServiceHint(ctx, rdb, rf.prefix, service); hint != "" {
+			if hint := unknownServiceHint(ctx, a, service); hint != "" {
 				fmt.Fprintf(out, "note: %s\n", hint)
 			}
 			return nil

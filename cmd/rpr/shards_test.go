@@ -19,7 +19,7 @@ func TestShardsGetSet(t *testing.T) {
 	rs := redistest.Start(t)
 	shards := func(args ...string) rprRun {
 		t.Helper()
-		return runDlqCLI(t, "", append([]string{"shards"}, append(args, "--redis", rs.URL())...)...)
+		return runCLI(t, "", append([]string{"shards"}, append(args, "--redis", rs.URL())...)...)
 	}
 
 	if res := shards("get", ordersService); res.code != 0 || !strings.Contains(res.stdout, ordersService+": 1 shard\n") {
@@ -78,7 +78,7 @@ func TestShardsGetSet(t *testing.T) {
 			t.Errorf("rpr shards %s: %v; want exit 2 mentioning %q", strings.Join(tc.args, " "), res, tc.want)
 		}
 	}
-	if res := runDlqCLI(t, "", "shards", "gett"); res.code != 2 || !strings.Contains(res.stderr, "did you mean get") {
+	if res := runCLI(t, "", "shards", "gett"); res.code != 2 || !strings.Contains(res.stderr, "did you mean get") {
 		t.Errorf("rpr shards gett: %v", res)
 	}
 }

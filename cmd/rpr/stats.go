@@ -7,13 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/rprtunnel/rpr/tunnel"
+	"github.com/rprtunnel/rpr/admin"
 )
 
 // statsColumns are the columns of `rpr stats` and `rpr top`, in order,
@@ -40,7 +38,7 @@ type rowKey struct{ service, lane string }
 // statsRow is one row of the live view: a lane's latest sample and the
 // call rate since the sample before it.
 type statsRow struct {
-	tunnel.ServiceStats
+	admin.ServiceStats
 	// rate is calls/s since the previous sample; rateOK is false when
 	// there was no comparable previous sample.
 	rate   float64
@@ -105,7 +103,7 @@ func (r statsRow) cells(columns []string) []string {
 
 // rowsSince pairs each lane of cur with its sample in prev (if any) and
 // computes the call rate.
-func rowsSince(prev map[rowKey]tunnel.ServiceStats, cur []tunnel.ServiceStats) []statsRow {
+func rowsSince(prev map[rowKey]admin.ServiceStats, cur []admin.ServiceStats) []statsRow {
 	rows := make([]statsRow, len(cur))
 	for i, st := range cur {
 		rows[i] = statsRow{ServiceStats: st, firstOfService: i == 0 || cur[i-1].Service != st.Service}
@@ -117,22 +115,22 @@ func rowsSince(prev map[rowKey]tunnel.ServiceStats, cur []tunnel.ServiceStats) [
 }
 
 // byLane indexes samples by service and lane.
-func byLane(samples []tunnel.ServiceStats) map[rowKey]tunnel.ServiceStats {
-	m := make(map[rowKey]tunnel.ServiceStats, len(samples))
+func byLane(samples []admin.ServiceStats) map[rowKey]admin.ServiceStats {
+	m := make(map[rowKey]admin.ServiceStats, len(samples))
 	for _, st := range samples {
 		m[rowKey{st.Service, st.Lane}] = st
 	}
 	return m
 }
 
-// heldLanes returns the lanes of service that hold requests (queued,
-// running or waiting for a retry) in some shard, as tunnel.Lanes finds
-// them. InspectLanes finds the routed and served lanes by itself, but not
-// a lane whose route was removed and whose servers are long gone: that
-// takes a scan of the keyspace, which the live view does not repeat at
-// every sample.
-func heldLanes(ctx context.Context, rdb redis.UniversalClient, prefix, service string) ([]string, error) {
-	statuses, err := tunnel.Lanes(ctx, rdb, prefix, service)
+// heldLanes returns the lanes of svc that hold requests (queued, running
+// or waiting for a retry) in some shard, as Service.Lanes finds them.
+// Service.LaneStats finds the routed and served lanes by itself, but not a
+// lane whose route was removed and whose servers are long gone: that takes
+// a scan of the keyspace, which the live view does not repeat at every
+// sample.
+func heldLanes(ctx context.Context, svc *admin.Service) ([]string, error) {
+	statuses, err := svc.Lanes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -146,33 +144,18 @@ func heldLanes(ctx context.Context, rdb redis.UniversalClient, prefix, service s
 }
 
 // sampleServices reads the figures of each lane of services, in order,
-// with the lanes held names for each besides those InspectLanes finds.
-func sampleServices(ctx context.Context, rdb redis.UniversalClient, prefix string, services []string, held map[string][]string) ([]tunnel.ServiceStats, error) {
-	var out []tunnel.ServiceStats
+// with the lanes held names for each besides those Service.LaneStats
+// finds.
+func sampleServices(ctx context.Context, a *admin.Client, services []string, held map[string][]string) ([]admin.ServiceStats, error) {
+	var out []admin.ServiceStats
 	for _, svc := range services {
-		lanes, err := tunnel.InspectLanes(ctx, rdb, prefix, svc, held[svc]...)
+		lanes, err := a.Service(svc).LaneStats(ctx, held[svc]...)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, lanes...)
 	}
 	return out, nil
-}
-
-// formatAge prints a duration compactly for a table cell: 850ms, 12.3s,
-// 4m05s, 2h03m, 3d04h.
-func formatAge(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
-	case d < time.Minute:
-		return strconv.FormatFloat(d.Truncate(100*time.Millisecond).Seconds(), 'f', 1, 64) + "s"
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	}
-	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
 }
 
 // liveViewFlags are the flags `rpr stats` and `rpr top` share.
@@ -237,9 +220,10 @@ heartbeats (as "rpr ls" does).
 				return err
 			}
 			defer rdb.Close()
+			a := flags.handle(rdb)
 			services := args
 			if len(services) == 0 {
-				if services, err = tunnel.ListServices(ctx, rdb, flags.prefix); err != nil {
+				if services, err = a.Services(ctx); err != nil {
 					return err
 				}
 			}
@@ -249,11 +233,11 @@ heartbeats (as "rpr ls" does).
 			}
 			held := map[string][]string{}
 			for _, svc := range services {
-				if held[svc], err = heldLanes(ctx, rdb, flags.prefix, svc); err != nil {
+				if held[svc], err = heldLanes(ctx, a.Service(svc)); err != nil {
 					return err
 				}
 			}
-			first, err := sampleServices(ctx, rdb, flags.prefix, services, held)
+			first, err := sampleServices(ctx, a, services, held)
 			if err != nil {
 				return err
 			}
@@ -262,7 +246,7 @@ heartbeats (as "rpr ls" does).
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
-			second, err := sampleServices(ctx, rdb, flags.prefix, services, held)
+			second, err := sampleServices(ctx, a, services, held)
 			if err != nil {
 				return err
 			}
@@ -277,7 +261,7 @@ heartbeats (as "rpr ls" does).
 // printStats writes rows as an aligned table under a header.
 func printStats(out io.Writer, rows []statsRow) {
 	columns := columnsFor(rows)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, strings.Join(columns, "\t"))
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r.cells(columns), "\t"))

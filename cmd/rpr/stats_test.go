@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -222,7 +223,7 @@ func (w *mailWorld) serve(lane string) (stop func()) {
 	}
 	w.t.Cleanup(stop)
 	w.waitFor("a live server in lane "+name, func() bool {
-		h, err := tunnel.CheckHealth(context.Background(), w.rdb, "", mailSvc)
+		h, err := serviceOf(w.rdb, mailSvc).Health(context.Background())
 		return err == nil && h.ServingLane(lane)
 	})
 	return stop
@@ -231,11 +232,11 @@ func (w *mailWorld) serve(lane string) (stop func()) {
 // route sends Send to lane through the routing table.
 func (w *mailWorld) route(lane string) {
 	w.t.Helper()
-	rule, err := tunnel.ParseRouteRule(lane)
+	rule, err := admin.ParseRouteRule(lane)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	if err := tunnel.NewRouteTable(w.rdb, "", mailSvc).Set(context.Background(), mailSvc+"/Send", []tunnel.RouteRule{rule}); err != nil {
+	if err := serviceOf(w.rdb, mailSvc).Routes().Set(context.Background(), mailSvc+"/Send", []admin.RouteRule{rule}); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -347,7 +348,7 @@ func TestStatsLanesAndShards(t *testing.T) {
 		t.Errorf("unsharded service row %q; want 1 shard", row)
 	}
 
-	res := runRPRIO(t, "", "ls", "--redis", w.rs.URL())
+	res := runCLI(t, "", "ls", "--redis", w.rs.URL())
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(mailSvc) + `  serving, 2 live workers$`),
 		regexp.MustCompile(`(?m)^  mail-default +live +\S+ +\d+ +default +0-2 +[0-9.]+m?s ago$`),

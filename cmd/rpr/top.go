@@ -12,9 +12,9 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 	"charm.land/lipgloss/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -75,7 +75,7 @@ Colours: yellow is a warning, red is critical.
 				return err
 			}
 			defer rdb.Close()
-			m := newTopModel(ctx, rdb, flags, args)
+			m := newTopModel(ctx, flags.handle(rdb), flags, args)
 			_, err = tea.NewProgram(m, tea.WithContext(ctx)).Run()
 			if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 				return nil // interrupted or terminated by a signal
@@ -106,11 +106,11 @@ func appendCapped[T any](s []T, v T) []T {
 // topModel is the bubbletea model of `rpr top`.
 type topModel struct {
 	ctx      context.Context
-	rdb      redis.UniversalClient
+	a        *admin.Client
 	flags    liveViewFlags
 	services []string // named on the command line; nil to discover
 
-	prev    map[rowKey]tunnel.ServiceStats
+	prev    map[rowKey]admin.ServiceStats
 	rows    []statsRow
 	history map[rowKey]*serviceHistory
 	held    *heldLaneCache
@@ -127,13 +127,14 @@ type heldLaneCache struct {
 	at    map[string]time.Time // when each service's were found
 }
 
-// get returns service's held lanes, looking again when they are older
+// get returns svc's held lanes, looking again when they are older
 // than heldLanesEvery. A failed look keeps the last lanes found.
-func (c *heldLaneCache) get(ctx context.Context, rdb redis.UniversalClient, prefix, service string) []string {
+func (c *heldLaneCache) get(ctx context.Context, svc *admin.Service) []string {
+	service := svc.Name()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if at, ok := c.at[service]; !ok || time.Since(at) > heldLanesEvery {
-		if lanes, err := heldLanes(ctx, rdb, prefix, service); err == nil {
+		if lanes, err := heldLanes(ctx, svc); err == nil {
 			c.lanes[service] = lanes
 		}
 		c.at[service] = time.Now()
@@ -143,15 +144,15 @@ func (c *heldLaneCache) get(ctx context.Context, rdb redis.UniversalClient, pref
 
 // sampleMsg carries one refresh's figures.
 type sampleMsg struct {
-	stats []tunnel.ServiceStats
+	stats []admin.ServiceStats
 	err   error
 }
 
 // tickMsg asks for the next refresh.
 type tickMsg struct{}
 
-func newTopModel(ctx context.Context, rdb redis.UniversalClient, flags liveViewFlags, services []string) topModel {
-	return topModel{ctx: ctx, rdb: rdb, flags: flags, services: services, history: map[rowKey]*serviceHistory{},
+func newTopModel(ctx context.Context, a *admin.Client, flags liveViewFlags, services []string) topModel {
+	return topModel{ctx: ctx, a: a, flags: flags, services: services, history: map[rowKey]*serviceHistory{},
 		held: &heldLaneCache{lanes: map[string][]string{}, at: map[string]time.Time{}}}
 }
 
@@ -163,17 +164,17 @@ func (m topModel) sample() tea.Msg {
 	services := m.services
 	if len(services) == 0 {
 		var err error
-		if services, err = tunnel.ListServices(ctx, m.rdb, m.flags.prefix); err != nil {
+		if services, err = m.a.Services(ctx); err != nil {
 			return sampleMsg{err: err}
 		}
 	}
 	held := map[string][]string{}
 	for _, svc := range services {
-		held[svc] = m.held.get(ctx, m.rdb, m.flags.prefix, svc)
+		held[svc] = m.held.get(ctx, m.a.Service(svc))
 	}
-	stats, err := sampleServices(ctx, m.rdb, m.flags.prefix, services, held)
+	stats, err := sampleServices(ctx, m.a, services, held)
 	if err == nil && stats == nil {
-		stats = []tunnel.ServiceStats{} // sampled: no services
+		stats = []admin.ServiceStats{} // sampled: no services
 	}
 	return sampleMsg{stats: stats, err: err}
 }

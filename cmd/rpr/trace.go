@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -11,8 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/tunnel"
 )
+
+// traceTimeout bounds a trace: a look in every shard and lane of every
+// service.
+const traceTimeout = 10 * time.Second
 
 func newTraceCommand() *cobra.Command {
 	var rf redisFlags
@@ -33,24 +37,27 @@ serve).`,
 		Example: `  rpr trace 20261129-ORD1-1764434400123-K7P2QXM4RT`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
 			id, err := tunnel.ParseRequestID(args[0])
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
-			rdb, err := rf.open(ctx)
+			ctx, a, done, err := rf.connect(cmd, traceTimeout)
 			if err != nil {
 				return err
 			}
-			defer rdb.Close()
-			tr, err := tunnel.TraceRequest(ctx, rdb, rf.prefix, service, args[0])
+			defer done()
+			var tr *admin.RequestTrace
+			if service != "" {
+				tr, err = a.Service(service).Trace(ctx, args[0])
+			} else {
+				tr, err = a.Trace(ctx, args[0])
+			}
 			if err != nil {
-				return exitError{code: 2, cause: err}
+				return badInput(err)
 			}
 			printTrace(cmd.OutOrStdout(), args[0], id, tr)
 			if tr.Service == "" {
-				return exitError{code: 1}
+				return exitError{code: exitFailed}
 			}
 			return nil
 		},
@@ -60,7 +67,7 @@ serve).`,
 	return cmd
 }
 
-func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *tunnel.RequestTrace) {
+func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *admin.RequestTrace) {
 	stamp := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") }
 	fmt.Fprintf(out, "request   %s\n", raw)
 	fmt.Fprintf(out, "  made    %s by business code %s\n", stamp(id.Time), id.Biz)

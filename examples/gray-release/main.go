@@ -11,7 +11,7 @@
 //  4. every call to v2                      v2
 //  5. roll back: v2 out of the routes, its lane drained, its server stopped
 //
-// Each change is made with tunnel.RouteTable, and the equivalent
+// Each change is made with the operator handle (admin.Routes), and the equivalent
 // `rpr routes` command is printed. It ends by itself after five steps
 // (--step each) and exits 0 when no call failed.
 //
@@ -35,8 +35,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	"github.com/rprtunnel/rpr/tunnel"
@@ -158,13 +158,14 @@ func run(ctx context.Context, out io.Writer, cfg config) ([]stepResult, error) {
 	// rpr routes ls in another terminal shows the same table.
 	cli := "--redis " + tunnel.RedactURL(redisURL)
 
-	// The operator's connection, for the routing table.
-	admin, err := tunnel.Open(ctx, redisURL)
+	// The operator's connection and handle, for the routing table.
+	operatorRedis, err := tunnel.Open(ctx, redisURL)
 	if err != nil {
 		return nil, err
 	}
-	defer admin.Close()
-	table := tunnel.NewRouteTable(admin, "", service)
+	defer operatorRedis.Close()
+	operator := admin.New(operatorRedis, admin.Options{}).Service(service)
+	table := operator.Routes()
 	// A Redis that ran this before may hold its routes: start clean.
 	for _, p := range []string{pattern, service + "/SayHello", service + "/SlowHello"} {
 		if _, err := table.Remove(ctx, p); err != nil {
@@ -184,7 +185,7 @@ func run(ctx context.Context, out io.Writer, cfg config) ([]stepResult, error) {
 	}
 	defer stopV2()
 	for _, lane := range []string{"v1", "v2"} {
-		if err := waitForLane(ctx, admin, lane, func(st tunnel.LaneStatus) bool { return st.LiveWorkers > 0 }); err != nil {
+		if err := waitForLane(ctx, operator, lane, func(st admin.LaneStatus) bool { return st.LiveWorkers > 0 }); err != nil {
 			return nil, err
 		}
 	}
@@ -269,11 +270,11 @@ func run(ctx context.Context, out io.Writer, cfg config) ([]stepResult, error) {
 	if err := sleep(ctx, applyWithin); err != nil {
 		return results, err
 	}
-	if err := waitForLane(ctx, admin, "v2", func(st tunnel.LaneStatus) bool { return st.Queued == 0 }); err != nil {
+	if err := waitForLane(ctx, operator, "v2", func(st admin.LaneStatus) bool { return st.Queued == 0 }); err != nil {
 		return results, err
 	}
 	stopV2()
-	res, err := tunnel.DrainLane(ctx, admin, "", service, "v2", "v1")
+	res, err := operator.Drain(ctx, "v2", "v1")
 	if err != nil {
 		return results, err
 	}
@@ -343,10 +344,10 @@ func startServer(ctx context.Context, redisURL, lane string, impl greeterv1.Gree
 }
 
 // waitForLane waits until the lane's status satisfies ok.
-func waitForLane(ctx context.Context, rdb redis.UniversalClient, lane string, ok func(tunnel.LaneStatus) bool) error {
+func waitForLane(ctx context.Context, svc *admin.Service, lane string, ok func(admin.LaneStatus) bool) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		lanes, err := tunnel.Lanes(ctx, rdb, "", service)
+		lanes, err := svc.Lanes(ctx)
 		if err != nil {
 			return err
 		}
@@ -366,11 +367,11 @@ func waitForLane(ctx context.Context, rdb redis.UniversalClient, lane string, ok
 
 // apply sets the route of every Greeter method to rules and prints the
 // equivalent command; cli is its --redis flag.
-func apply(ctx context.Context, w *walkthrough, table *tunnel.RouteTable, cli, name string, specs ...string) error {
-	rules := make([]tunnel.RouteRule, len(specs))
+func apply(ctx context.Context, w *walkthrough, table *admin.Routes, cli, name string, specs ...string) error {
+	rules := make([]admin.RouteRule, len(specs))
 	quoted := make([]string, len(specs))
 	for i, spec := range specs {
-		r, err := tunnel.ParseRouteRule(spec)
+		r, err := admin.ParseRouteRule(spec)
 		if err != nil {
 			return err
 		}

@@ -179,12 +179,9 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
+// goTool is the go command that runs this test: `go test` puts its own
+// GOROOT/bin first on the test's PATH.
+func goTool() string { return "go" }
 
 // greeterBinaries builds examples/greeter/{server,client}, unless the
 // environment names prebuilt ones.

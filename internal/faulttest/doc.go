@@ -32,4 +32,13 @@
 // The second form runs five kills in one test and logs their median. Set
 // RPR_FAULT_LOGS=1 to see the full logs of every server and client, in the
 // test process or not.
+//
+// The suite is a module of its own (github.com/rprtunnel/rpr/internal/faulttest)
+// because it checks for leaked goroutines with go.uber.org/goleak: were it
+// in the runtime's module, goleak would be a requirement of
+// github.com/rprtunnel/rpr and so appear in the module graph of every
+// program that imports tunnel. The go.work file at the repository root
+// puts it in the workspace, so `go test ./internal/faulttest/...` runs it
+// from the root against this checkout (its go.mod also replaces
+// github.com/rprtunnel/rpr with the checkout, for GOWORK=off).
 package faulttest

@@ -1,0 +1,146 @@
+package main
+
+// What several commands know about the service an argument names: whether
+// it can be a service name at all, whether Redis knows it, its methods in
+// the published schema, and shell completion of services, methods and
+// lanes.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rprtunnel/rpr/admin"
+)
+
+// checkServiceName refuses a SERVICE argument that cannot be a service
+// name; example is a command line to show instead.
+func checkServiceName(arg, example string) error {
+	switch {
+	case arg == "":
+		return badInput(fmt.Errorf("name the service, e.g. %s", example))
+	case strings.Contains(arg, "/"):
+		svc, _, _ := strings.Cut(arg, "/")
+		return badInput(fmt.Errorf("%q names a method; this command takes the service: %s", arg, svc))
+	case strings.ContainsAny(arg, "{}*# \t:") || strings.HasPrefix(arg, ".") || strings.HasSuffix(arg, "."):
+		return badInput(fmt.Errorf("%q is not a service name; write pkg.Service, e.g. examples.greeter.v1.Greeter", arg))
+	}
+	return nil
+}
+
+// completionTimeout bounds the Redis reads of a shell completion: a
+// completion that hangs is worse than none.
+const completionTimeout = 2 * time.Second
+
+// completeServices completes a SERVICE argument from the services known
+// under the prefix.
+func completeServices(rf *redisFlags, maxArgs int) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) >= maxArgs {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, a, done, err := rf.connect(cmd, completionTimeout)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer done()
+		names, _ := a.Services(ctx)
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeDrainArgs completes drain's SERVICE, then LANE from the lanes
+// the service has.
+func completeDrainArgs(rf *redisFlags) cobra.CompletionFunc {
+	services := completeServices(rf, 1)
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) != 1 {
+			return services(cmd, args, toComplete)
+		}
+		ctx, a, done, err := rf.connect(cmd, completionTimeout)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer done()
+		lanes, _ := a.Service(args[0]).Lanes(ctx)
+		var out []cobra.Completion
+		for _, st := range lanes {
+			out = append(out, st.Lane)
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completePatterns completes a PATTERN or METHOD argument: the services
+// known under the prefix, then their methods from the published schema
+// (and, unless methodsOnly, the wildcard).
+func completePatterns(rf *redisFlags, methodsOnly bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, a, done, err := rf.connect(cmd, completionTimeout)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer done()
+		svc, _, typed := strings.Cut(toComplete, "/")
+		if !typed {
+			names, _ := a.Services(ctx)
+			out := make([]cobra.Completion, len(names))
+			for i, n := range names {
+				out[i] = n + "/"
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+		}
+		var out []cobra.Completion
+		if !methodsOnly {
+			out = append(out, svc+"/*")
+		}
+		for _, m := range schemaMethods(ctx, a.Service(svc)) {
+			out = append(out, svc+"/"+m)
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// schemaMethods returns the method names of svc in the schema its servers
+// published; nil when there is none.
+func schemaMethods(ctx context.Context, svc *admin.Service) []string {
+	sd, err := svc.Schema(ctx)
+	if err != nil {
+		return nil
+	}
+	return methodNames(sd)
+}
+
+// methodHint says, when svc published a schema and it has no method named
+// method, that the name may be wrong; "" otherwise.
+func methodHint(ctx context.Context, svc *admin.Service, method string) string {
+	if method == "*" {
+		return ""
+	}
+	methods := schemaMethods(ctx, svc)
+	if len(methods) == 0 || slices.Contains(methods, method) {
+		return ""
+	}
+	return fmt.Sprintf("%s has no method %s in the schema its servers published (its methods: %s): check the name", svc.Name(), method, strings.Join(methods, ", "))
+}
+
+// unknownServiceHint says, when service is not known under the handle's
+// prefix, that its name may be wrong; "" otherwise.
+func unknownServiceHint(ctx context.Context, a *admin.Client, service string) string {
+	names, err := a.Services(ctx)
+	if err != nil || slices.Contains(names, service) {
+		return ""
+	}
+	hint := fmt.Sprintf("no service %s is known under prefix %q (no published schema or worker heartbeats): check the name", service, a.Prefix())
+	if len(names) > 0 {
+		hint += "; known: " + strings.Join(names, ", ")
+	}
+	return hint
+}
