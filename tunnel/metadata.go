@@ -41,6 +41,13 @@ func (md Metadata) Clone() Metadata {
 	return out
 }
 
+// merge adds every value of other to md.
+func (md Metadata) merge(other Metadata) {
+	for k, v := range other {
+		md.Add(k, v...)
+	}
+}
+
 // HeaderFromContext returns the request headers the caller sent. In a
 // handler or server interceptor, the context carries them; elsewhere the
 // result is nil.
