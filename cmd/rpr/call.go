@@ -47,6 +47,15 @@ is needed.
 The deadline is --timeout, else the method's (rpr.v1.method) or
 (rpr.v1.service) timeout, else 10s.
 
+A server-streaming method takes its one request the same way and prints
+each reply as one line of JSON as it arrives, until the server ends the
+stream (or --timeout, or Ctrl-C). A client-streaming or bidirectional
+method reads its requests as JSON lines, one request per line, from stdin
+(or - or @file) and sends each as it is read; it prints the one reply
+(client streaming) or each reply as it arrives (bidi). Without --timeout
+a stream has no deadline; only the wait for a server to take it is
+bounded (10s).
+
 An async method ((rpr.v1.method).async) is enqueued, not waited for: call
 returns as soon as the request is durably in Redis and prints its receipt
 as JSON (requestId, idempotencyKey, processAt). A server runs it later and
@@ -63,10 +72,12 @@ the method).`,
 		Example: `  rpr call examples.greeter.v1.Greeter/SayHello '{"name": "Ada"}'
   rpr call -H tenant:acme --timeout 2s examples.greeter.v1.Greeter/SayHello @req.json
   echo '{"name": "Ada"}' | rpr call examples.greeter.v1.Greeter/SayHello -
-  rpr call --idempotency-key order-42 --delay 5m shop.v1.Orders/ShipOrder '{"id": "42"}'`,
+  rpr call --idempotency-key order-42 --delay 5m shop.v1.Orders/ShipOrder '{"id": "42"}'
+  rpr call examples.greeter.v1.Greeter/Countdown '{"from": 3}'          # one JSON line per reply
+  printf '{"text":"hi"}\n{"text":"there"}\n' | rpr call examples.greeter.v1.Greeter/Chat -`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			input := "{}"
+			input := "" // {} for one request; stdin for a stream of them
 			if len(args) == 2 {
 				input = args[1]
 			}
@@ -127,11 +138,6 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 	if err := checkAsyncFlags(method, flags); err != nil {
 		return badInput(err)
 	}
-	req, err := readRequest(cmd.InOrStdin(), input, target)
-	if err != nil {
-		return badInput(err)
-	}
-
 	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{
 		Prefix:         rf.prefix,
 		DefaultTimeout: callDefaultTimeout,
@@ -141,6 +147,13 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 		return badInput(err)
 	}
 	defer client.Close()
+	if method.IsStreaming() {
+		return runStreamCall(cmd, client, method, target, input, header, flags)
+	}
+	req, err := readRequest(cmd.InOrStdin(), input, target)
+	if err != nil {
+		return badInput(err)
+	}
 	if method.Async {
 		return runEnqueue(cmd, client, method, req, header, flags, target.types)
 	}
@@ -277,9 +290,15 @@ func readRequest(stdin io.Reader, input string, t *schemaTarget) (proto.Message,
 	req := dynamicpb.NewMessage(in)
 	if err := (protojson.UnmarshalOptions{Resolver: t.types}).Unmarshal(data, req); err != nil {
 		return nil, fmt.Errorf("the request%s is not a valid %s in JSON: %s\n  %s fields: %s",
-			from, in.FullName(), strings.TrimPrefix(err.Error(), "proto: "), in.FullName(), describeFields(in))
+			from, in.FullName(), protoErrorText(err), in.FullName(), describeFields(in))
 	}
 	return req, nil
+}
+
+// protoErrorText is a protobuf decoding error without its "proto:" prefix
+// (which protojson writes with a non-breaking space).
+func protoErrorText(err error) string {
+	return strings.TrimLeft(strings.TrimPrefix(err.Error(), "proto:"), " \u00a0")
 }
 
 // describeFields lists a message's fields as JSON names with types, for

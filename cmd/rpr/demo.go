@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -118,14 +120,38 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 	cancel()
 	show(out, 3, `SlowHello(delay: 2s) with a 300ms deadline`, start, err, nil)
 
+	start = time.Now()
+	counts, err := demoCountdown(ctx, greeterClient)
+	show(out, 4, `Countdown(from: 3) a server stream`, start, err, func() string { return "OK " + counts })
+
 	if err := demoAsync(ctx, out, clientRedis, client, warehouse); err != nil {
 		return err
 	}
 
-	fmt.Fprintln(out, "\nEvery call went client -> Redis stream -> server; unary answers came back")
-	fmt.Fprintln(out, "through the client's response stream, async ones were only acknowledged.")
+	fmt.Fprintln(out, "\nEvery call went client -> Redis stream -> server; unary answers and the")
+	fmt.Fprintln(out, "stream's messages came back through the client's response stream, async")
+	fmt.Fprintln(out, "ones were only acknowledged.")
 	fmt.Fprintln(out, "Next: the README's tutorial writes a service of your own.")
 	return nil
+}
+
+// demoCountdown reads a short server stream, and says what arrived.
+func demoCountdown(ctx context.Context, greeterClient greeterv1.GreeterClient) (string, error) {
+	stream, err := greeterClient.Countdown(ctx, &greeterv1.CountdownRequest{From: 3, IntervalMs: 50})
+	if err != nil {
+		return "", err
+	}
+	var got []string
+	for {
+		reply, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return strings.Join(got, " ") + ", then the end of the stream", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		got = append(got, strconv.Itoa(int(reply.GetCount())))
+	}
 }
 
 // demoAsync enqueues two orders: one the warehouse ships after the client
@@ -139,7 +165,7 @@ func demoAsync(ctx context.Context, out io.Writer, rdb redis.UniversalClient, cl
 	start := time.Now()
 	receipt, err := orders.ShipOrder(ctx, &ordersv1.ShipOrderRequest{OrderId: first, Sku: "BOOK-42", Quantity: 1},
 		tunnel.WithIdempotencyKey(first))
-	show(out, 4, `ShipOrder(`+first+`) async`, start, err, func() string { return "receipt " + receipt.RequestID })
+	show(out, 5, `ShipOrder(`+first+`) async`, start, err, func() string { return "receipt " + receipt.RequestID })
 	if err != nil {
 		return err
 	}
@@ -153,7 +179,7 @@ func demoAsync(ctx context.Context, out io.Writer, rdb redis.UniversalClient, cl
 	start = time.Now()
 	receipt, err = orders.ShipOrder(ctx, &ordersv1.ShipOrderRequest{OrderId: second, Sku: "BOOK-42", Quantity: 0},
 		tunnel.WithIdempotencyKey(second))
-	show(out, 5, `ShipOrder(`+second+`, quantity 0) async`, start, err, func() string { return "receipt " + receipt.RequestID })
+	show(out, 6, `ShipOrder(`+second+`, quantity 0) async`, start, err, func() string { return "receipt " + receipt.RequestID })
 	if err != nil {
 		return err
 	}

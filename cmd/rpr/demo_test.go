@@ -28,6 +28,7 @@ func TestDemoShowsTheThreeOutcomes(t *testing.T) {
 				`-> OK "Hello, Ada!"`,
 				"-> INVALID_ARGUMENT: name is empty",
 				"-> DEADLINE_EXCEEDED:",
+				"-> OK 3 2 1, then the end of the stream",
 				"the server shipped ord-",
 				"it waits in the dead-letter queue: INVALID_ARGUMENT: permanent error",
 			} {

@@ -34,7 +34,7 @@ last heartbeat. A worker is live when it beat within the last
 
 Method flags: idempotent (idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS:
 safe to retry and re-run after a crash), async ((rpr.v1.method).async),
-deprecated.`,
+server-streaming, client-streaming, bidi-streaming, deprecated.`,
 		Example: `  rpr ls --redis redis://10.0.0.5:6379/0`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -159,8 +159,13 @@ func methodFlags(md protoreflect.MethodDescriptor) string {
 	if opts.GetDeprecated() {
 		flags = append(flags, "deprecated")
 	}
-	if md.IsStreamingClient() || md.IsStreamingServer() {
-		flags = append(flags, "streaming")
+	switch {
+	case md.IsStreamingClient() && md.IsStreamingServer():
+		flags = append(flags, "bidi-streaming")
+	case md.IsStreamingClient():
+		flags = append(flags, "client-streaming")
+	case md.IsStreamingServer():
+		flags = append(flags, "server-streaming")
 	}
 	if len(flags) == 0 {
 		return "-"

@@ -5,6 +5,8 @@ package greeter
 
 import (
 	"context"
+	"errors"
+	"io"
 	"time"
 
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
@@ -33,4 +35,52 @@ func (s Server) SlowHello(ctx context.Context, req *greeterv1.SlowHelloRequest) 
 		return nil, tunnel.NewError(tunnel.DeadlineExceeded, context.Cause(ctx))
 	}
 	return &greeterv1.SlowHelloResponse{Message: "Hello, " + req.GetName() + ", eventually!"}, nil
+}
+
+// maxCountdown bounds Countdown, so that one request cannot keep a stream
+// open for long.
+const maxCountdown = 1000
+
+// Countdown sends req.From, req.From-1, ..., 1, req.IntervalMs apart
+// (default 100ms), then ends the stream; the caller's going away ends it
+// early.
+func (Server) Countdown(req *greeterv1.CountdownRequest, stream tunnel.ServerStreamingServer[greeterv1.CountdownReply]) error {
+	if req.GetFrom() > maxCountdown {
+		return tunnel.Errorf(tunnel.InvalidArgument, "from %d is more than %d", req.GetFrom(), maxCountdown)
+	}
+	interval := time.Duration(req.GetIntervalMs()) * time.Millisecond
+	if interval == 0 {
+		interval = 100 * time.Millisecond
+	}
+	for n := req.GetFrom(); n > 0; n-- {
+		if err := stream.Send(&greeterv1.CountdownReply{Count: n}); err != nil {
+			return err
+		}
+		if n == 1 {
+			break
+		}
+		select {
+		case <-time.After(interval):
+		case <-stream.Context().Done():
+			return tunnel.NewError(tunnel.Canceled, context.Cause(stream.Context()))
+		}
+	}
+	return nil
+}
+
+// Chat answers each message with a greeting, until the caller closes its
+// side.
+func (Server) Chat(stream tunnel.BidiStreamingServer[greeterv1.ChatMessage, greeterv1.ChatMessage]) error {
+	for {
+		in, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&greeterv1.ChatMessage{Text: "Hello, " + in.GetText() + "!"}); err != nil {
+			return err
+		}
+	}
 }

@@ -214,6 +214,150 @@ func (x *SlowHelloResponse) GetMessage() string {
 	return ""
 }
 
+// CountdownRequest says where to count down from.
+type CountdownRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	// Milliseconds between two replies; 0 means 100.
+	IntervalMs    uint32 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountdownRequest) Reset() {
+	*x = CountdownRequest{}
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountdownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountdownRequest) ProtoMessage() {}
+
+func (x *CountdownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountdownRequest.ProtoReflect.Descriptor instead.
+func (*CountdownRequest) Descriptor() ([]byte, []int) {
+	return file_examples_greeter_v1_greeter_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CountdownRequest) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *CountdownRequest) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+// CountdownReply is one step of a countdown.
+type CountdownReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint32                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountdownReply) Reset() {
+	*x = CountdownReply{}
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountdownReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountdownReply) ProtoMessage() {}
+
+func (x *CountdownReply) ProtoReflect() protoreflect.Message {
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountdownReply.ProtoReflect.Descriptor instead.
+func (*CountdownReply) Descriptor() ([]byte, []int) {
+	return file_examples_greeter_v1_greeter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CountdownReply) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// ChatMessage is one message of a chat, either way.
+type ChatMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatMessage) Reset() {
+	*x = ChatMessage{}
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatMessage) ProtoMessage() {}
+
+func (x *ChatMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
+func (*ChatMessage) Descriptor() ([]byte, []int) {
+	return file_examples_greeter_v1_greeter_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ChatMessage) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 var File_examples_greeter_v1_greeter_proto protoreflect.FileDescriptor
 
 const file_examples_greeter_v1_greeter_proto_rawDesc = "" +
@@ -227,13 +371,23 @@ const file_examples_greeter_v1_greeter_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bdelay_ms\x18\x02 \x01(\rR\adelayMs\"-\n" +
 	"\x11SlowHelloResponse\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage2\xde\x01\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\"G\n" +
+	"\x10CountdownRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x1f\n" +
+	"\vinterval_ms\x18\x02 \x01(\rR\n" +
+	"intervalMs\"&\n" +
+	"\x0eCountdownReply\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\rR\x05count\"!\n" +
+	"\vChatMessage\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text2\x89\x03\n" +
 	"\aGreeter\x12a\n" +
 	"\bSayHello\x12$.examples.greeter.v1.SayHelloRequest\x1a%.examples.greeter.v1.SayHelloResponse\"\b\xfa\xa9\x19\x04\n" +
 	"\x02\b\x05\x12d\n" +
 	"\tSlowHello\x12%.examples.greeter.v1.SlowHelloRequest\x1a&.examples.greeter.v1.SlowHelloResponse\"\b\xfa\xa9\x19\x04\n" +
 	"\x02\b\n" +
-	"\x1a\n" +
+	"\x12Y\n" +
+	"\tCountdown\x12%.examples.greeter.v1.CountdownRequest\x1a#.examples.greeter.v1.CountdownReply0\x01\x12N\n" +
+	"\x04Chat\x12 .examples.greeter.v1.ChatMessage\x1a .examples.greeter.v1.ChatMessage(\x010\x01\x1a\n" +
 	"\xfa\xa9\x19\x06\x12\x04GRT1B<Z:github.com/rprtunnel/rpr/gen/examples/greeter/v1;greeterv1b\x06proto3"
 
 var (
@@ -248,20 +402,27 @@ func file_examples_greeter_v1_greeter_proto_rawDescGZIP() []byte {
 	return file_examples_greeter_v1_greeter_proto_rawDescData
 }
 
-var file_examples_greeter_v1_greeter_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_examples_greeter_v1_greeter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_examples_greeter_v1_greeter_proto_goTypes = []any{
 	(*SayHelloRequest)(nil),   // 0: examples.greeter.v1.SayHelloRequest
 	(*SayHelloResponse)(nil),  // 1: examples.greeter.v1.SayHelloResponse
 	(*SlowHelloRequest)(nil),  // 2: examples.greeter.v1.SlowHelloRequest
 	(*SlowHelloResponse)(nil), // 3: examples.greeter.v1.SlowHelloResponse
+	(*CountdownRequest)(nil),  // 4: examples.greeter.v1.CountdownRequest
+	(*CountdownReply)(nil),    // 5: examples.greeter.v1.CountdownReply
+	(*ChatMessage)(nil),       // 6: examples.greeter.v1.ChatMessage
 }
 var file_examples_greeter_v1_greeter_proto_depIdxs = []int32{
 	0, // 0: examples.greeter.v1.Greeter.SayHello:input_type -> examples.greeter.v1.SayHelloRequest
 	2, // 1: examples.greeter.v1.Greeter.SlowHello:input_type -> examples.greeter.v1.SlowHelloRequest
-	1, // 2: examples.greeter.v1.Greeter.SayHello:output_type -> examples.greeter.v1.SayHelloResponse
-	3, // 3: examples.greeter.v1.Greeter.SlowHello:output_type -> examples.greeter.v1.SlowHelloResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
+	4, // 2: examples.greeter.v1.Greeter.Countdown:input_type -> examples.greeter.v1.CountdownRequest
+	6, // 3: examples.greeter.v1.Greeter.Chat:input_type -> examples.greeter.v1.ChatMessage
+	1, // 4: examples.greeter.v1.Greeter.SayHello:output_type -> examples.greeter.v1.SayHelloResponse
+	3, // 5: examples.greeter.v1.Greeter.SlowHello:output_type -> examples.greeter.v1.SlowHelloResponse
+	5, // 6: examples.greeter.v1.Greeter.Countdown:output_type -> examples.greeter.v1.CountdownReply
+	6, // 7: examples.greeter.v1.Greeter.Chat:output_type -> examples.greeter.v1.ChatMessage
+	4, // [4:8] is the sub-list for method output_type
+	0, // [0:4] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -278,7 +439,7 @@ func file_examples_greeter_v1_greeter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_examples_greeter_v1_greeter_proto_rawDesc), len(file_examples_greeter_v1_greeter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,9 +8,11 @@ package greeterv1
 
 import (
 	context "context"
+	errors "errors"
 	fmt "fmt"
 	tunnel "github.com/rprtunnel/rpr/tunnel"
 	proto "google.golang.org/protobuf/proto"
+	io "io"
 	time "time"
 )
 
@@ -36,6 +38,16 @@ const (
 	// SlowHello waits for the requested delay before answering; it shows
 	// deadlines at work.
 	Greeter_SlowHello_FullMethodName = "examples.greeter.v1.Greeter/SlowHello"
+	// Greeter_Countdown_FullMethodName is the full name of Greeter.Countdown.
+	//
+	// Countdown counts down from the given number to 1, one reply per
+	// count, interval_ms apart (100 by default): a server stream.
+	Greeter_Countdown_FullMethodName = "examples.greeter.v1.Greeter/Countdown"
+	// Greeter_Chat_FullMethodName is the full name of Greeter.Chat.
+	//
+	// Chat answers each message it gets, as it gets it, until the caller
+	// closes its side: a bidirectional stream.
+	Greeter_Chat_FullMethodName = "examples.greeter.v1.Greeter/Chat"
 )
 
 // GreeterClient is the client API of the examples.greeter.v1.Greeter service.
@@ -48,6 +60,22 @@ type GreeterClient interface {
 	// SlowHello waits for the requested delay before answering; it shows
 	// deadlines at work.
 	SlowHello(ctx context.Context, in *SlowHelloRequest, opts ...tunnel.CallOption) (*SlowHelloResponse, error)
+	// Countdown counts down from the given number to 1, one reply per
+	// count, interval_ms apart (100 by default): a server stream.
+	//
+	// Countdown is server-streaming: it sends in and returns the stream of replies.
+	// Call Recv until it returns io.EOF, which means the server ended the stream
+	// with OK; any other error is the stream's status. Cancel ctx to stop early.
+	Countdown(ctx context.Context, in *CountdownRequest, opts ...tunnel.CallOption) (tunnel.ServerStreamingClient[CountdownReply], error)
+	// Chat answers each message it gets, as it gets it, until the caller
+	// closes its side: a bidirectional stream.
+	//
+	// Chat is bidirectional: Send requests and Recv replies on the stream it
+	// returns; one goroutine may send while another receives. Call CloseSend when
+	// done sending, and Recv until it returns io.EOF, which means the server ended
+	// the stream with OK; any other error is the stream's status. Cancel ctx to
+	// stop early.
+	Chat(ctx context.Context, opts ...tunnel.CallOption) (tunnel.BidiStreamingClient[ChatMessage, ChatMessage], error)
 }
 
 type greeterClient struct {
@@ -77,6 +105,44 @@ func (c greeterClient) SlowHello(ctx context.Context, in *SlowHelloRequest, opts
 	return out, nil
 }
 
+func (c greeterClient) Countdown(ctx context.Context, in *CountdownRequest, opts ...tunnel.CallOption) (tunnel.ServerStreamingClient[CountdownReply], error) {
+	stream, err := c.cc.NewStream(ctx, &Greeter_ServiceDesc.Methods[2], opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := &tunnel.GenericClientStream[CountdownRequest, CountdownReply]{ClientStream: stream}
+	if err := out.SendMsg(in); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The stream has ended already; Recv returns why.
+			return out, nil
+		}
+		return nil, err
+	}
+	if err := out.CloseSend(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Greeter_CountdownClient is the stream GreeterClient.Countdown returns, under
+// the name grpc-go gave it before it had generic streams, so that code written
+// for grpc-go compiles with few edits.
+type Greeter_CountdownClient = tunnel.ServerStreamingClient[CountdownReply]
+
+func (c greeterClient) Chat(ctx context.Context, opts ...tunnel.CallOption) (tunnel.BidiStreamingClient[ChatMessage, ChatMessage], error) {
+	stream, err := c.cc.NewStream(ctx, &Greeter_ServiceDesc.Methods[3], opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := &tunnel.GenericClientStream[ChatMessage, ChatMessage]{ClientStream: stream}
+	return out, nil
+}
+
+// Greeter_ChatClient is the stream GreeterClient.Chat returns, under the name
+// grpc-go gave it before it had generic streams, so that code written for
+// grpc-go compiles with few edits.
+type Greeter_ChatClient = tunnel.BidiStreamingClient[ChatMessage, ChatMessage]
+
 // GreeterServer is the server API of the examples.greeter.v1.Greeter service.
 // Implementations must embed UnimplementedGreeterServer by value, so that
 // adding a method to the service does not break them.
@@ -89,6 +155,21 @@ type GreeterServer interface {
 	// SlowHello waits for the requested delay before answering; it shows
 	// deadlines at work.
 	SlowHello(context.Context, *SlowHelloRequest) (*SlowHelloResponse, error)
+	// Countdown counts down from the given number to 1, one reply per
+	// count, interval_ms apart (100 by default): a server stream.
+	//
+	// Countdown is server-streaming: it gets the caller's one request and Sends the
+	// replies on the stream. Return nil to end the stream with OK, or an error to
+	// end it with that status; the stream's Context ends when the caller goes away.
+	Countdown(*CountdownRequest, tunnel.ServerStreamingServer[CountdownReply]) error
+	// Chat answers each message it gets, as it gets it, until the caller
+	// closes its side: a bidirectional stream.
+	//
+	// Chat is bidirectional: Recv requests from the stream until it returns io.EOF
+	// (the caller is done sending) and Send replies, in any order; one goroutine
+	// may send while another receives. Return nil to end the stream with OK, or an
+	// error to end it with that status.
+	Chat(tunnel.BidiStreamingServer[ChatMessage, ChatMessage]) error
 	mustEmbedUnimplementedGreeterServer()
 }
 
@@ -104,6 +185,12 @@ func (UnimplementedGreeterServer) SayHello(context.Context, *SayHelloRequest) (*
 func (UnimplementedGreeterServer) SlowHello(context.Context, *SlowHelloRequest) (*SlowHelloResponse, error) {
 	return nil, tunnel.Errorf(tunnel.Unimplemented, "method SlowHello not implemented")
 }
+func (UnimplementedGreeterServer) Countdown(*CountdownRequest, tunnel.ServerStreamingServer[CountdownReply]) error {
+	return tunnel.Errorf(tunnel.Unimplemented, "method Countdown not implemented")
+}
+func (UnimplementedGreeterServer) Chat(tunnel.BidiStreamingServer[ChatMessage, ChatMessage]) error {
+	return tunnel.Errorf(tunnel.Unimplemented, "method Chat not implemented")
+}
 func (UnimplementedGreeterServer) mustEmbedUnimplementedGreeterServer() {}
 func (UnimplementedGreeterServer) testEmbeddedByValue()                 {}
 
@@ -113,6 +200,16 @@ func (UnimplementedGreeterServer) testEmbeddedByValue()                 {}
 type UnsafeGreeterServer interface {
 	mustEmbedUnimplementedGreeterServer()
 }
+
+// Greeter_CountdownServer is the stream GreeterServer.Countdown gets, under the
+// name grpc-go gave it before it had generic streams, so that implementations
+// written for grpc-go compile with few edits.
+type Greeter_CountdownServer = tunnel.ServerStreamingServer[CountdownReply]
+
+// Greeter_ChatServer is the stream GreeterServer.Chat gets, under the name
+// grpc-go gave it before it had generic streams, so that implementations
+// written for grpc-go compile with few edits.
+type Greeter_ChatServer = tunnel.BidiStreamingServer[ChatMessage, ChatMessage]
 
 // RegisterGreeterServer registers srv with s (a *tunnel.Server), which then
 // serves the examples.greeter.v1.Greeter service. It panics if srv embeds
@@ -170,6 +267,18 @@ func _Greeter_SlowHello_Handler(srv any, ctx context.Context, decode func(proto.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Greeter_Countdown_Handler(srv any, stream tunnel.ServerStream) error {
+	in := new(CountdownRequest)
+	if err := stream.RecvMsg(in); err != nil {
+		return err
+	}
+	return srv.(GreeterServer).Countdown(in, &tunnel.GenericServerStream[CountdownRequest, CountdownReply]{ServerStream: stream})
+}
+
+func _Greeter_Chat_Handler(srv any, stream tunnel.ServerStream) error {
+	return srv.(GreeterServer).Chat(&tunnel.GenericServerStream[ChatMessage, ChatMessage]{ServerStream: stream})
+}
+
 // Greeter_ServiceInfo is the tunnel.ServiceInfo of the
 // examples.greeter.v1.Greeter service: its name and what its (rpr.v1.service)
 // options say. Every method of Greeter_ServiceDesc points to it.
@@ -197,6 +306,19 @@ var Greeter_ServiceDesc = tunnel.ServiceDesc{
 			Name:    "SlowHello",
 			Timeout: 10 * time.Second,
 			Handler: _Greeter_SlowHello_Handler,
+		},
+		{
+			Service:       &Greeter_ServiceInfo,
+			Name:          "Countdown",
+			ServerStreams: true,
+			StreamHandler: _Greeter_Countdown_Handler,
+		},
+		{
+			Service:       &Greeter_ServiceInfo,
+			Name:          "Chat",
+			ClientStreams: true,
+			ServerStreams: true,
+			StreamHandler: _Greeter_Chat_Handler,
 		},
 	},
 	File: "examples/greeter/v1/greeter.proto",
