@@ -64,6 +64,15 @@ type RequestTrace struct {
 	// Retry is an async request's entry in the retry set while it waits
 	// for a retry or its scheduled time.
 	Retry *TraceRetry
+	// Stream counts the messages of a streaming call once it ended; nil
+	// for other calls, and for a stream still open.
+	Stream *TraceStream
+}
+
+// TraceStream is what an ended streaming call exchanged.
+type TraceStream struct {
+	// Sent and Received count the messages the server sent and received.
+	Sent, Received int64
 }
 
 // TraceRetry is an async request waiting in a retry set.
@@ -235,6 +244,11 @@ func (s *Service) traceInShard(ctx context.Context, shard int, lanes []string, i
 	tr.LeaseUntil = millisField(st[wire.StateLease])
 	if d := ttl.Val(); d > 0 {
 		tr.ExpiresIn = d
+	}
+	if sent, ok := st[wire.StateSent]; ok {
+		tr.Stream = &TraceStream{}
+		tr.Stream.Sent, _ = strconv.ParseInt(sent, 10, 64)
+		tr.Stream.Received, _ = strconv.ParseInt(st[wire.StateReceived], 10, 64)
 	}
 	if raw := st[wire.StateResponse]; raw != "" {
 		if resp, err := wire.DecodeResponseString(raw); err == nil {

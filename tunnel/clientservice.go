@@ -420,23 +420,30 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessag
 	c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
 }
 
-// deliverFrame decodes one stream frame and hands it to its stream.
+// deliverFrame decodes the frames of one entry and hands each to its
+// stream. A malformed frame breaks its stream; the frames before it still
+// count.
 func (c *Client) deliverFrame(s *clientService, rs *responseStream, entryID, raw string) {
-	f, err := wire.DecodeFrameString(raw)
-	if err != nil {
-		id, _ := wire.PeekReplyAddress([]byte(raw))
-		c.log.Error("rpr: undecodable stream frame", "stream", rs.key, "entry", entryID, "request_id", id, "error", err)
-		if cs := s.stream(id); cs != nil {
-			cs.fail(Errorf(Internal, "%s [%s]: the stream broke after this caller received %d messages: undecodable frame from the server: %v; the request may have had effects",
-				cs.full(), id, cs.recv.received(), err), true)
+	frames, err := wire.DecodeFramesString(raw)
+	for _, f := range frames {
+		if cs := s.stream(f.ID); cs != nil {
+			cs.onFrame(f)
+		} else {
+			c.log.Debug("rpr: frame for a stream no longer open", "request_id", f.ID, "type", f.Type)
 		}
+	}
+	if err == nil {
 		return
 	}
-	if cs := s.stream(f.ID); cs != nil {
-		cs.onFrame(f)
-		return
+	id, _ := wire.PeekReplyAddress([]byte(raw))
+	if len(frames) > 0 {
+		id = frames[0].ID // one entry holds the frames of one stream
 	}
-	c.log.Debug("rpr: frame for a stream no longer open", "request_id", f.ID, "type", f.Type)
+	c.log.Error("rpr: undecodable stream frame", "stream", rs.key, "entry", entryID, "request_id", id, "error", err)
+	if cs := s.stream(id); cs != nil {
+		cs.fail(Errorf(Internal, "%s [%s]: the stream broke after this caller received %d messages: undecodable frame from the server: %v; the request may have had effects",
+			cs.full(), id, cs.recv.received(), err), true)
+	}
 }
 
 // addStream registers an open stream, for its frames.

@@ -82,6 +82,9 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 		endedC:   make(chan struct{}),
 		deadline: c.deadline(ctx, method, started.cfg.timeout),
 	}
+	cs.send = newSendWindow(func(size int) {
+		_ = cs.queueFrame(&wire.Frame{Type: wire.FrameBlocked, Size: int64(size)})
+	})
 	if d, ok := ctx.Deadline(); ok {
 		cs.streamDeadline = d
 	}
@@ -128,7 +131,7 @@ type clientStream struct {
 	stopWatch      func() bool
 	acceptTimer    *time.Timer
 
-	send    sendWindow // this side's messages
+	send    *sendWindow // this side's messages
 	recv    *recvBuffer
 	acceptC chan struct{} // closed once accepted, or ended
 	headerC chan struct{} // closed once the header is known, or ended

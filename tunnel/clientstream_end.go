@@ -48,6 +48,10 @@ func (cs *clientStream) onFrame(f *wire.Frame) {
 		}
 	case wire.FrameCredit:
 		cs.send.credit(f.Consumed, f.ConsumedBytes)
+	case wire.FrameBlocked:
+		if cr := cs.recv.blocked(f.Size); cr != nil {
+			_ = cs.queueFrame(&wire.Frame{Type: wire.FrameCredit, Consumed: cr.consumed, ConsumedBytes: cr.bytes})
+		}
 	default:
 		cs.c.log.Warn("rpr: stream frame of a type a caller does not take; ignored", "request_id", cs.id(), "type", f.Type)
 	}
@@ -70,7 +74,7 @@ func (cs *clientStream) onEnd(resp *wire.Response) {
 	cs.setHeader(resp.Header)
 	var status error
 	if Code(resp.Code) != OK {
-		e := &Error{code: Code(resp.Code), message: resp.Message}
+		e := &Error{code: Code(resp.Code), message: resp.Message, notExecuted: resp.Refused}
 		for _, raw := range resp.Details {
 			a := new(anypb.Any)
 			if proto.Unmarshal(raw, a) == nil {

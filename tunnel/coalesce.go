@@ -87,6 +87,24 @@ func (c *coalescer[T]) submit(ctx context.Context, item T) error {
 	}
 }
 
+// enqueue queues item for the flusher goroutines, never flushing it on
+// the caller's goroutine, waiting for room while ctx allows: for callers
+// that must not wait out a round trip (a stream's sender keeps queueing
+// while its previous batch is in flight).
+func (c *coalescer[T]) enqueue(ctx context.Context, item T) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return errBatcherClosed
+	}
+	select {
+	case c.items <- item:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // close flushes what is queued and stops the flushers.
 func (c *coalescer[T]) close() {
 	c.mu.Lock()

@@ -32,7 +32,7 @@ type serverStream struct {
 	req    *received
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	send   sendWindow
+	send   *sendWindow
 	recv   *recvBuffer
 	sender *frameSender // to the caller's response stream
 
@@ -179,9 +179,21 @@ func (ss *serverStream) onFrame(f *wire.Frame) {
 		ss.recv.closeAfter(f.Seq)
 	case wire.FrameCredit:
 		ss.send.credit(f.Consumed, f.ConsumedBytes)
+	case wire.FrameBlocked:
+		if cr := ss.recv.blocked(f.Size); cr != nil {
+			_ = ss.queueFrame(&wire.Frame{Type: wire.FrameCredit, Consumed: cr.consumed, ConsumedBytes: cr.bytes})
+		}
 	default:
 		ss.run.server.log.Warn("rpr: stream frame of a type a server does not take; ignored", "request_id", f.ID, "type", f.Type)
 	}
+}
+
+// refusedResponse ends a stream that no handler ran: its caller may open
+// it again (NotExecuted).
+func refusedResponse(id string, err error) *wire.Response {
+	resp := errorResponse(id, err)
+	resp.Version, resp.Refused = wire.StreamVersion, true
+	return resp
 }
 
 // startStream runs a streaming call this worker claimed: it accepts it
@@ -192,12 +204,12 @@ func (r *serveRun) startStream(q *queue, req *received) {
 	s, env := r.server, req.env
 	log := s.requestLog(env)
 	if !req.method.ClientStreams && (env.Messages != 1 || !env.Closed) {
-		r.endStream(q, req, errorResponse(env.ID, Errorf(InvalidArgument, "[%s] %s is server-streaming: its open must carry its one request and close the caller's side (send one message, then CloseSend)", env.ID, env.Method)), nil, log)
+		r.endStream(q, req, refusedResponse(env.ID, Errorf(InvalidArgument, "[%s] %s is server-streaming: its open must carry its one request and close the caller's side (send one message, then CloseSend)", env.ID, env.Method)), nil, log)
 		return
 	}
 	if !r.streams.add(env.ID, nil, s.opts.MaxStreams) {
 		log.Warn("rpr: refusing a stream: this server has ServerOptions.MaxStreams open", "max_streams", s.opts.MaxStreams)
-		r.endStream(q, req, errorResponse(env.ID, Errorf(ResourceExhausted, "[%s] %s: the server runs %d streams already (ServerOptions.MaxStreams); retry later or add servers", env.ID, env.Method, s.opts.MaxStreams)), nil, log)
+		r.endStream(q, req, refusedResponse(env.ID, Errorf(ResourceExhausted, "[%s] %s: the server runs %d streams already (ServerOptions.MaxStreams); retry later or add servers", env.ID, env.Method, s.opts.MaxStreams)), nil, log)
 		return
 	}
 	base := context.Background()
@@ -209,6 +221,9 @@ func (r *serveRun) startStream(q *queue, req *received) {
 	window := s.opts.StreamWindow
 	ss := &serverStream{run: r, q: q, req: req, cancel: cancel, recv: newRecvBuffer(window)}
 	ss.sender = newFrameSender(ctx, s.rdb, r.frames, env.ReplyTo, func() { cancel(errCallerGone) })
+	ss.send = newSendWindow(func(size int) {
+		_ = ss.queueFrame(&wire.Frame{Type: wire.FrameBlocked, Size: int64(size)})
+	})
 	ss.send.grant(env.Window, env.WindowBytes)
 	if env.Messages == 1 {
 		_ = ss.recv.push(1, env.Payload)

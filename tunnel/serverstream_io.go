@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,34 +20,38 @@ import (
 // renewed while the worker reads it.
 const inboxTTL = time.Minute
 
-// openInbox makes sure q's inbox and its consumer group exist.
+// openInbox makes sure q's inbox exists and renews its expiry.
 func (s *Server) openInbox(ctx context.Context, q *queue) error {
 	inbox := q.keys.Inbox(s.opts.WorkerID)
-	err := s.rdb.XGroupCreateMkStream(ctx, inbox, store.WorkersGroup, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("rpr: create the stream inbox %s: %w", inbox, err)
-	}
-	if err := s.rdb.PExpire(ctx, inbox, inboxTTL).Err(); err != nil {
-		return fmt.Errorf("rpr: set the expiry of %s: %w", inbox, err)
+	open := store.NewOpenInbox(inbox, inboxTTL)
+	store.Run(ctx, s.rdb, &open.Call)
+	if err := open.Err(); err != nil {
+		return fmt.Errorf("rpr: open the stream inbox %s: %w", inbox, err)
 	}
 	return nil
 }
 
+// inboxTrimBatch is how many handled entries the inbox reader lets pile
+// up before it removes them (it also does every inboxTTL/4).
+const inboxTrimBatch = 256
+
 // readInbox hands the frames callers write to q's inbox to their streams,
-// until ctx ends, and removes them once handed over. After a failed read
-// it first reads again what it had been given and not yet removed, so no
-// frame is skipped.
+// until ctx ends. It is the inbox's only reader: it reads by id after the
+// last entry it handled, so a failed read is read again and nothing is
+// skipped or handled twice; it removes handled entries in batches (XTRIM
+// MINID), and reopens the inbox every inboxTTL/4, which renews its expiry
+// and brings back an inbox Redis lost.
 func (r *serveRun) readInbox(ctx context.Context, q *queue) {
 	s := r.server
 	inbox := q.keys.Inbox(s.opts.WorkerID)
-	readCtx := context.WithoutCancel(ctx)
+	readCtx := context.WithoutCancel(ctx) // a read ends by its block time
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
-	from := "0" // what this worker was given before, then new frames
+	var last streamID // the last entry handled; 0-0 takes what is there
+	untrimmed := 0
 	renew := time.Now().Add(inboxTTL / 4)
 	for ctx.Err() == nil {
-		streams, err := s.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
-			Group: store.WorkersGroup, Consumer: s.opts.WorkerID,
-			Streams: []string{inbox, from}, Count: 512, Block: time.Second,
+		streams, err := s.rdb.XRead(readCtx, &redis.XReadArgs{
+			Streams: []string{inbox, last.String()}, Count: 512, Block: time.Second,
 		}).Result()
 		switch {
 		case err == nil, errors.Is(err, redis.Nil):
@@ -57,51 +60,56 @@ func (r *serveRun) readInbox(ctx context.Context, q *queue) {
 			return
 		default:
 			s.log.Warn("rpr: read stream inbox", "stream", inbox, "error", err)
-			if isMissingStream(err) {
-				if err := s.openInbox(readCtx, q); err != nil {
-					s.log.Warn("rpr: recreate stream inbox", "error", err)
-				}
-			}
-			from = "0"
 			backoff.wait(ctx)
 			continue
 		}
-		var ids []string
 		for _, st := range streams {
 			for _, msg := range st.Messages {
-				r.deliverFrame(msg)
-				ids = append(ids, msg.ID)
+				r.deliverFrames(msg)
+				if id, ok := parseStreamID(msg.ID); ok {
+					last = id
+				}
+				untrimmed++
 			}
 		}
-		if from == "0" && len(ids) == 0 {
-			from = ">" // the earlier deliveries are all handed over
-		}
-		if len(ids) > 0 || time.Now().After(renew) {
-			pipe := s.rdb.Pipeline()
-			if len(ids) > 0 {
-				pipe.XAck(readCtx, inbox, store.WorkersGroup, ids...)
-				pipe.XDel(readCtx, inbox, ids...)
+		due := time.Now().After(renew)
+		if untrimmed >= inboxTrimBatch || (due && untrimmed > 0) {
+			after := streamID{last.ms, last.seq + 1}
+			if err := s.rdb.XTrimMinID(readCtx, inbox, after.String()).Err(); err != nil && ctx.Err() == nil {
+				s.log.Warn("rpr: remove handled frames from the stream inbox", "stream", inbox, "error", err)
+			} else {
+				untrimmed = 0
 			}
-			pipe.PExpire(readCtx, inbox, inboxTTL)
-			if _, err := pipe.Exec(readCtx); err != nil && ctx.Err() == nil {
-				s.log.Warn("rpr: remove read frames from the stream inbox; they are read again", "stream", inbox, "error", err)
-				from = "0"
+		}
+		if due {
+			if err := s.openInbox(readCtx, q); err != nil && ctx.Err() == nil {
+				s.log.Warn("rpr: renew the stream inbox", "error", err)
 			}
 			renew = time.Now().Add(inboxTTL / 4)
 		}
 	}
 }
 
-// deliverFrame decodes one inbox entry and hands it to its stream.
-func (r *serveRun) deliverFrame(msg redis.XMessage) {
+// deliverFrames decodes the frames of one inbox entry and hands each to
+// its stream. A malformed frame breaks its stream (the frames before it
+// still count); the entry's other frames are lost with it, and their
+// stream sees the gap.
+func (r *serveRun) deliverFrames(msg redis.XMessage) {
 	raw, _ := msg.Values[wire.StreamField].(string)
-	f, err := wire.DecodeFrameString(raw)
-	if err != nil {
-		r.server.log.Error("rpr: undecodable frame in the stream inbox; dropped", "entry", msg.ID, "error", err)
+	frames, err := wire.DecodeFramesString(raw)
+	for _, f := range frames {
+		if ss := r.streams.get(f.ID); ss != nil {
+			ss.onFrame(f)
+		}
+	}
+	if err == nil {
 		return
 	}
-	if ss := r.streams.get(f.ID); ss != nil {
-		ss.onFrame(f)
+	r.server.log.Error("rpr: undecodable frame in the stream inbox; dropped", "entry", msg.ID, "error", err)
+	if len(frames) > 0 {
+		if ss := r.streams.get(frames[0].ID); ss != nil {
+			ss.cancel(fmt.Errorf("rpr: the caller's side of the stream broke: undecodable frame: %w", err))
+		}
 	}
 }
 

@@ -78,6 +78,17 @@ type sendWindow struct {
 	consumed, consumedBytes int64
 	err                     error // the stream ended
 	changed                 signal
+	// blocked tells the receiver that a message waits for credit
+	// (wire.FrameBlocked); blockedAt is the sent count it last did so at,
+	// so that it says so once per wait.
+	blocked   func(size int)
+	blockedAt int64
+}
+
+// newSendWindow returns a window not granted yet; blocked is called when
+// a message waits on the bytes the receiver has not reported consumed.
+func newSendWindow(blocked func(size int)) *sendWindow {
+	return &sendWindow{blocked: blocked, blockedAt: -1}
 }
 
 // grant records the receiver's window.
@@ -118,7 +129,10 @@ func (w *sendWindow) take(size int) int64 {
 }
 
 // reserve waits until one message of size may be sent under the window,
-// while ctx allows, and returns its number.
+// while ctx allows, and returns its number. A message held back by bytes
+// alone tells the receiver (once per wait), which credits as soon as
+// what it consumed lets it go: the receiver's usual credit, every half
+// window, may never come for a large message behind small ones.
 func (w *sendWindow) reserve(ctx context.Context, size int) (int64, error) {
 	for {
 		changed := w.changed.wait()
@@ -136,7 +150,14 @@ func (w *sendWindow) reserve(ctx context.Context, size int) (int64, error) {
 			w.mu.Unlock()
 			return seq, nil
 		}
+		tell := w.window > 0 && outstanding < w.window && w.blockedAt != w.sent && w.blocked != nil
+		if tell {
+			w.blockedAt = w.sent
+		}
 		w.mu.Unlock()
+		if tell {
+			w.blocked(size)
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -164,15 +185,19 @@ type recvBuffer struct {
 	queuedBytes int64
 	closedAt    int64 // how many messages the sender sent in all; -1 while it may send more
 	end         error // how the direction ended, once it did (io.EOF: cleanly)
+	receivedB   int64 // bytes of every message received
 	consumed    int64
 	consumedB   int64
 	credited    int64 // consumption last reported to the sender
 	creditedB   int64
-	arrived     signal
+	// owedAt is the consumption, in bytes, at which a blocked sender's
+	// message fits its window (wire.FrameBlocked); -1 when none waits.
+	owedAt  int64
+	arrived signal
 }
 
 func newRecvBuffer(w StreamWindow) *recvBuffer {
-	return &recvBuffer{window: int64(w.Messages), windowBytes: w.Bytes, next: 1, closedAt: -1}
+	return &recvBuffer{window: int64(w.Messages), windowBytes: w.Bytes, next: 1, closedAt: -1, owedAt: -1}
 }
 
 // errStreamOverrun is a sender that ran past the window it was granted.
@@ -201,6 +226,28 @@ func (b *recvBuffer) push(seq int64, payload []byte) error {
 	b.next++
 	b.queue = append(b.queue, payload)
 	b.queuedBytes += int64(len(payload))
+	b.receivedB += int64(len(payload))
+	return nil
+}
+
+// blocked records that the sender waits to send a message of size bytes,
+// having sent every message received so far (frames arrive in order). It
+// returns the credit to send at once when what was consumed already lets
+// the message go; otherwise pop returns it when that much is.
+func (b *recvBuffer) blocked(size int64) *credit {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// The sender may send once what it has outstanding plus size fits
+	// the window, or once nothing is outstanding.
+	need := min(b.receivedB+size-b.windowBytes, b.receivedB)
+	switch {
+	case need <= b.creditedB:
+		return nil // a credit on its way already lets it go
+	case b.consumedB >= need:
+		b.credited, b.creditedB = b.consumed, b.consumedB
+		return &credit{b.consumed, b.consumedB}
+	}
+	b.owedAt = need
 	return nil
 }
 
@@ -243,8 +290,10 @@ func (b *recvBuffer) pop(ctx context.Context) ([]byte, *credit, error) {
 			b.consumed++
 			b.consumedB += int64(len(m))
 			var c *credit
-			if b.consumed-b.credited >= max(b.window/2, 1) || b.consumedB-b.creditedB >= max(b.windowBytes/2, 1) {
+			owed := b.owedAt >= 0 && b.consumedB >= b.owedAt
+			if owed || b.consumed-b.credited >= max(b.window/2, 1) || b.consumedB-b.creditedB >= max(b.windowBytes/2, 1) {
 				b.credited, b.creditedB = b.consumed, b.consumedB
+				b.owedAt = -1
 				c = &credit{b.consumed, b.consumedB}
 			}
 			b.mu.Unlock()
@@ -280,11 +329,13 @@ func (b *recvBuffer) received() int64 {
 var errEndOfStream = errors.New("end of stream")
 
 // frameSender writes one direction's frames of one stream to the
-// receiver's stream, in order: one script run at a time per stream
-// carries every frame queued meanwhile, so a busy stream sends in batches
-// and a quiet one at once. A failed run is sent again (a frame that did
-// arrive is then dropped as a duplicate by its receiver), with backoff,
-// until the stream's context ends.
+// receiver's stream, in order: one XADD at a time per stream carries, as
+// one entry, every frame queued meanwhile, so a busy stream sends in
+// batches and a quiet one at once. Sending never waits for Redis: the
+// batcher's flusher writes the entry while the stream queues the next
+// frames. A failed write is sent again (a frame that did arrive is then
+// dropped as a duplicate by its receiver), with backoff, until the
+// stream's context ends.
 type frameSender struct {
 	to      string
 	rdb     redis.UniversalClient
@@ -322,18 +373,16 @@ func (s *frameSender) send(frame []byte) error {
 	return nil
 }
 
-// flush sends every queued frame in one script run. Only one runs at a
-// time (inFlight).
+// flush sends every queued frame in one entry. Only one runs at a time
+// (inFlight).
 func (s *frameSender) flush() {
 	s.mu.Lock()
 	frames := s.pending
 	s.pending = nil
 	s.mu.Unlock()
-	call := store.NewSendFrames(s.to, frames)
-	op := &sendFramesOp{sender: s, frames: frames, call: call}
+	op := &sendFramesOp{sender: s, frames: frames, call: store.NewSendFrames(s.to, frames)}
 	op.command = op
-	op.script = &call.Call
-	if err := s.batcher.submit(context.WithoutCancel(s.ctx), &op.pipelineOp); err != nil {
+	if err := s.batcher.enqueue(context.WithoutCancel(s.ctx), &op.pipelineOp); err != nil {
 		s.done(frames, err)
 	}
 }
@@ -388,7 +437,7 @@ func (s *frameSender) drain(ctx context.Context) error {
 	}
 }
 
-// sendFramesOp is one run of the send-frames script in a batcher.
+// sendFramesOp is one entry of frames, waiting in a batcher.
 type sendFramesOp struct {
 	pipelineOp
 	sender *frameSender

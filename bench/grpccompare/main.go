@@ -24,10 +24,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -47,7 +45,7 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	conc, err := parseLevels(*levels)
+	conc, err := compare.ParseLevels(*levels)
 	switch {
 	case err != nil:
 		usageError("-concurrency %q: %v; e.g. -concurrency 1,16,128", *levels, err)
@@ -87,18 +85,6 @@ func main() {
 func usageError(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "grpccompare: "+format+"\n", args...)
 	os.Exit(2)
-}
-
-func parseLevels(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive number", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 type config struct {
@@ -193,25 +179,11 @@ func writeTable(out io.Writer, rows []row) {
 		}
 		fmt.Fprintf(tw, "%d\t%.0f\t%s\t%s\t%.2f\t%s\t%.0f\t%s\t%s\t%s\t%.2f\t%.1f\t%s\t\n",
 			r.concurrency,
-			r.rpr.CallsPerSecond(), ms(r.rpr.P50), ms(r.rpr.P99), float64(r.rpr.RedisCommands)/float64(r.rpr.Calls), rprCPU,
-			r.grpc.CallsPerSecond(), ms(r.grpc.P50), ms(r.grpc.P99), micros(grpcProc),
+			r.rpr.CallsPerSecond(), compare.Millis(r.rpr.P50), compare.Millis(r.rpr.P99), float64(r.rpr.RedisCommands)/float64(r.rpr.Calls), rprCPU,
+			r.grpc.CallsPerSecond(), compare.Millis(r.grpc.P50), compare.Millis(r.grpc.P99), micros(grpcProc),
 			r.rpr.CallsPerSecond()/r.grpc.CallsPerSecond(), float64(r.rpr.P50)/float64(r.grpc.P50), cpuRatio)
 	}
 	tw.Flush()
-}
-
-// ms formats a duration in milliseconds with about three significant digits.
-func ms(d time.Duration) string {
-	v := float64(d) / 1e6
-	switch {
-	case v < 1:
-		return strconv.FormatFloat(v, 'f', 3, 64)
-	case v < 10:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	case v < 100:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
 }
 
 func micros(v float64) string {

@@ -27,7 +27,7 @@ func TestCallStreams(t *testing.T) {
 
 	// A bad request line is a usage error that names the line.
 	run = runCLI(t, "{\"text\":\"ada\"}\n{\"txt\":\"bob\"}\n", "call", "--redis", url, "examples.greeter.v1.Greeter/Chat")
-	if run.code != 2 || !strings.Contains(run.stderr, "request line 2 is not a valid examples.greeter.v1.ChatMessage") {
+	if run.code != 2 || !strings.Contains(run.stderr, "request line 2 is not a valid examples.greeter.v1.ChatRequest") {
 		t.Fatalf("Chat with a bad line:\n%v", run)
 	}
 

@@ -29,6 +29,8 @@ func TestDescribe(t *testing.T) {
 		"message examples.greeter.v1.SayHelloRequest {\n  string name = 1;\n}\n",
 		"message examples.greeter.v1.SlowHelloRequest {\n  string name = 1;\n  uint32 delay_ms = 2;\n}\n",
 		"message examples.greeter.v1.SlowHelloResponse {\n  string message = 1;\n}\n",
+		"  rpc Countdown(examples.greeter.v1.CountdownRequest) returns (stream examples.greeter.v1.CountdownResponse);\n",
+		"  rpc Chat(stream examples.greeter.v1.ChatRequest) returns (stream examples.greeter.v1.ChatResponse);\n",
 	} {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("describe output lacks %q:\n%s", want, res.stdout)

@@ -120,11 +120,17 @@ func printTrace(out io.Writer, raw string, id tunnel.RequestID, tr *admin.Reques
 		}
 	}
 	if a := tr.Answer; a != nil {
-		if a.Code == tunnel.OK {
+		switch {
+		case a.Code == tunnel.OK && tr.Stream != nil:
+			fmt.Fprintln(out, "answer    OK (the stream's status)")
+		case a.Code == tunnel.OK:
 			fmt.Fprintf(out, "answer    OK, %d bytes\n", a.Bytes)
-		} else {
+		default:
 			fmt.Fprintf(out, "answer    %s: %s\n", a.Code, a.Message)
 		}
+	}
+	if st := tr.Stream; st != nil {
+		fmt.Fprintf(out, "stream    the server sent %d messages and received %d\n", st.Sent, st.Received)
 	}
 	if r := tr.Retry; r != nil {
 		fmt.Fprintf(out, "retry     attempt %d due %s (in the retry set)\n", r.Attempt, stamp(r.Due))

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -101,4 +103,36 @@ func TestTraceShardedService(t *testing.T) {
 	if !seen["2"] || len(seen) != 3 {
 		t.Fatalf("traced requests in shards %v; want each of 0, 1 and 2", seen)
 	}
+}
+
+// TestTraceStream: a streaming call that ended leaves its state, and
+// trace shows how it ended and how many messages went each way.
+func TestTraceStream(t *testing.T) {
+	rs := redistest.Start(t)
+	startGreeter(t, rs, "stream-tracer")
+	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var id string
+	stream, err := greeterv1.NewGreeterClient(client).Countdown(context.Background(), &greeterv1.CountdownRequest{From: 3, IntervalMs: 1}, tunnel.CaptureRequestID(&id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("Countdown: %v", err)
+			}
+			break
+		}
+	}
+	out, code := runRPR(t, "trace", "--redis", rs.URL(), id)
+	for _, want := range []string{"state     SUCCESS", "stream    the server sent 3 messages and received 1"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("trace of an ended stream lacks %q: exit %d:\n%s", want, code, out)
+		}
+	}
+	t.Logf("rpr trace of a stream:\n%s", out)
 }

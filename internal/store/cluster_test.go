@@ -98,7 +98,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		&NewRaiseShards(keys.ShardCount(service), 3).Call,
 		&NewMoveLane(shard, "v2", "", 10, false).Call,
 		&NewAcceptStream(req, entry, shard.State("d"), resp, time.Minute, []byte("accept")).Call,
-		&NewSendFrames(shard.Inbox(worker), [][]byte{[]byte("f1"), []byte("f2")}).Call,
+		&NewOpenInbox(shard.Inbox(worker), time.Minute).Call,
 		&NewEndStream(shard.State("d"), resp, wire.StateSuccess, time.Minute, []byte("resp"), 2, 1).Call,
 	}
 	covered := map[*script]bool{}

@@ -1,7 +1,14 @@
 package store
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // acceptScript hands a streaming call to the worker that claimed it: it
@@ -49,8 +56,9 @@ func (a *AcceptStream) Result() (int64, error) {
 	return n, nil
 }
 
-// endStreamScript ends a streaming call: it records the final state, with
-// how many messages went each way, and writes the server's Response
+// endStreamScript ends a streaming call: it records the final state, the
+// Response (for rpr trace; a stream's carries no payload) and how many
+// messages went each way, and writes the Response
 // (status, trailer) to the caller's stream. Unlike the complete script it
 // is not fenced: an accepted stream has one worker for good.
 //
@@ -61,7 +69,7 @@ func (a *AcceptStream) Result() (int64, error) {
 // Returns 1 when written, 0 when the caller's stream is gone.
 var endStreamScript = newScript("end_stream", `
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'done_ms', now_ms(), 'lease', 0,
-  'sent', ARGV[4], 'received', ARGV[5])
+  'resp', ARGV[3], 'sent', ARGV[4], 'received', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if redis.call('XADD', KEYS[2], 'NOMKSTREAM', '*', 'e', ARGV[3]) then return 1 end
 return 0
@@ -91,42 +99,67 @@ func (e *EndStream) Result() (int64, error) {
 	return n, nil
 }
 
-// sendFramesScript writes frames of one streaming call, in order, to the
-// stream of their receiver: the caller's response stream or the worker's
-// inbox. NOMKSTREAM: nothing is created for a receiver that is gone.
-//
-//	KEYS[1] the receiver's stream
-//	ARGV[1..n] the frames (encoded wire.Frame)
-//
-// Returns 1 when written, 0 when the receiver's stream does not exist.
-var sendFramesScript = newScript("send_frames", `
-for i = 1, #ARGV do
-  if not redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', 's', ARGV[i]) then return 0 end
-end
-return 1
-`)
-
-// SendFrames writes frames of one streaming call to their receiver's
-// stream, in order, in one script run.
+// SendFrames writes frames of one streaming call, in order, to their
+// receiver's stream (the caller's response stream or the worker's inbox)
+// as one entry: one XADD however many frames a sender had queued.
+// NOMKSTREAM: nothing is created for a receiver that is gone.
 type SendFrames struct {
-	Call
+	args redis.XAddArgs
+	cmd  *redis.StringCmd
 }
 
-// NewSendFrames writes frames, in order, to the stream to.
+// NewSendFrames writes frames (each an encoded wire.Frame), in order, to
+// the stream to.
 func NewSendFrames(to string, frames [][]byte) *SendFrames {
-	args := make([]any, len(frames))
-	for i, f := range frames {
-		args[i] = f
-	}
-	return &SendFrames{Call: Call{script: sendFramesScript, keys: []string{to}, args: args}}
+	return &SendFrames{args: redis.XAddArgs{Stream: to, NoMkStream: true,
+		Values: []any{wire.StreamField, bytes.Join(frames, nil)}}}
+}
+
+// Queue adds the XADD to c, a client or a pipeline.
+func (s *SendFrames) Queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
+	s.cmd = c.XAdd(ctx, &s.args)
+	return s.cmd
 }
 
 // Result returns Written, or CallerGone when the receiver's stream is gone.
 func (s *SendFrames) Result() (int64, error) {
-	out, err := s.Call.reply()
-	if err != nil {
+	switch err := s.cmd.Err(); {
+	case errors.Is(err, redis.Nil):
+		return CallerGone, nil
+	case err != nil:
 		return 0, err
 	}
-	n, _ := out.(int64)
-	return n, nil
+	return Written, nil
+}
+
+// openInboxScript makes sure a worker's inbox exists, without touching
+// the frames it holds, and (re)sets its expiry: the worker runs it when
+// it starts and whenever the inbox is due for renewal, so an inbox lost
+// to a restart or an expiry comes back. XADD with MAXLEN 0 leaves an
+// empty stream: the key the callers' XADD NOMKSTREAM writes to.
+//
+//	KEYS[1] the inbox   ARGV[1] TTL ms
+var openInboxScript = newScript("open_inbox", `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XADD', KEYS[1], 'MAXLEN', '0', '*', 'created', '1')
+end
+return redis.call('PEXPIRE', KEYS[1], ARGV[1])
+`)
+
+// OpenInbox creates a worker's inbox if need be and renews its expiry.
+type OpenInbox struct {
+	Call
+}
+
+// NewOpenInbox makes sure inbox exists and expires after ttl unless
+// opened again.
+func NewOpenInbox(inbox string, ttl time.Duration) *OpenInbox {
+	return &OpenInbox{Call: Call{script: openInboxScript, keys: []string{inbox},
+		args: []any{max(ttl, time.Millisecond).Milliseconds()}}}
+}
+
+// Err returns the run's error.
+func (o *OpenInbox) Err() error {
+	_, err := o.Call.reply()
+	return err
 }

@@ -113,7 +113,7 @@ func EncodeResponse(env *Response) ([]byte, error) {
 	defer w.release()
 	// v, id and c are always written; the rest are omitempty.
 	w.mapLen(3 + present(env.Message != "", len(env.Details) > 0, len(env.Header) > 0,
-		len(env.Trailer) > 0, len(env.Payload) > 0))
+		len(env.Trailer) > 0, len(env.Payload) > 0, env.Refused))
 	w.int("v", env.Version)
 	w.string("id", env.ID)
 	w.uint32("c", uint32(env.Code))
@@ -131,6 +131,9 @@ func EncodeResponse(env *Response) ([]byte, error) {
 	}
 	if len(env.Payload) > 0 {
 		w.bytes("p", env.Payload)
+	}
+	if env.Refused {
+		w.bool("rf", env.Refused)
 	}
 	return w.result()
 }
@@ -211,6 +214,8 @@ func decodeResponseFields(b []byte, frozen bool, env *Response) error {
 				err = r.metadata(&env.Trailer)
 			case "p":
 				env.Payload, err = r.bytes()
+			case "rf":
+				env.Refused, err = r.dec.DecodeBool()
 			default:
 				err = errUnknownField
 			}

@@ -105,6 +105,7 @@ func sampleResponses() map[string]*Response {
 	return map[string]*Response{
 		"ok":          {Version: Version, ID: "20261129-TEST-1795995318695-AAAAAAAAAA", Payload: []byte{1, 2, 3}},
 		"ok no reply": {Version: Version, ID: "id"},
+		"refused":     {Version: StreamVersion, ID: "id", Code: codeResourceExhausted, Message: "too many streams", Refused: true},
 		"error with everything": {
 			Version: Version, ID: "id", Code: codeFailedPrecondition, Message: "the order is closed",
 			Details: [][]byte{[]byte("detail one"), nil, {}, []byte(big)},

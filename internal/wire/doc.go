@@ -127,8 +127,12 @@
 // which retires the open's entry and writes a FrameAccept to the caller;
 // from then on the stream belongs to that worker. Frames (see
 // FrameAccept) go to the caller's response stream and to the worker's
-// inbox, {tag}:in:<worker>, read by the worker through group "workers";
-// the worker removes what it has read (XACK, XDEL). The stream ends with
+// inbox, {tag}:in:<worker>, a sender's queued frames back to back in one
+// entry (StreamField) written with XADD NOMKSTREAM, so a receiver that is
+// gone gets nothing created for it. The worker is its inbox's only
+// reader: it reads with XREAD after the last entry it handled, removes
+// handled entries with XTRIM MINID, and keeps the inbox alive (60 s TTL,
+// renewed every 15 s; the open-inbox script). The stream ends with
 // the server's Response on the caller's response stream (the end-stream
 // script), after every frame before it.
 //
@@ -160,7 +164,12 @@
 //
 // # Versions
 //
-// This is wire Version 1. A change to what an envelope, a key or a script
-// means gets a new Version; peers refuse envelopes of versions they do not
-// speak, with an error that names both, rather than guess.
+// Unary and async calls are wire Version 1, unchanged since the first
+// release, so old and new peers serve each other. Streams are
+// StreamVersion 2: their opens and frames, and the response that refuses
+// a stream (Response.Refused); a Version 1 server refuses a stream open
+// with a VersionError answer, which the caller reports as
+// FAILED_PRECONDITION. A change to what an envelope, a key or a script
+// means gets a new version; peers refuse envelopes of versions they do
+// not speak, with an error that names both, rather than guess.
 package wire

@@ -122,6 +122,10 @@ type Response struct {
 	Header  Metadata `msgpack:"h,omitempty"`
 	Trailer Metadata `msgpack:"tr,omitempty"`
 	Payload []byte   `msgpack:"p,omitempty"`
+	// Refused says the server turned the call down before any of it ran
+	// (a stream over ServerOptions.MaxStreams, an open it cannot take):
+	// the caller may open it again. Only StreamVersion responses carry it.
+	Refused bool `msgpack:"rf,omitempty"`
 }
 
 // VersionError reports an envelope written by a different rpr version.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -163,25 +161,14 @@ var grpcEchoDesc = grpc.ServiceDesc{
 }
 
 // grpcEcho is a gRPC-go server on a loopback TCP port and a client of it.
-type grpcEcho struct {
-	server *grpc.Server
-	conn   *grpc.ClientConn
-	served chan error
-}
+type grpcEcho struct{ *grpcLoopback }
 
 func StartGRPC(ctx context.Context) (Echoer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	g, err := startGRPCLoopback(&grpcEchoDesc)
 	if err != nil {
 		return nil, err
 	}
-	e := &grpcEcho{server: grpc.NewServer(), served: make(chan error, 1)}
-	e.server.RegisterService(&grpcEchoDesc, struct{}{})
-	go func() { e.served <- e.server.Serve(l) }()
-	e.conn, err = grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		e.Close()
-		return nil, err
-	}
+	e := &grpcEcho{g}
 	if err := e.Call(ctx, wrapperspb.Bytes([]byte("ready?"))); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("gRPC echo server does not answer: %w", err)
@@ -195,14 +182,6 @@ func (e *grpcEcho) Call(ctx context.Context, in *wrapperspb.BytesValue) error {
 
 func (e *grpcEcho) RedisFigures(context.Context) (redisinfo.Sample, bool, error) {
 	return redisinfo.Sample{}, false, nil
-}
-
-func (e *grpcEcho) Close() {
-	if e.conn != nil {
-		e.conn.Close()
-	}
-	e.server.Stop()
-	<-e.served
 }
 
 // ---- the load ----

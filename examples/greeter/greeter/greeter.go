@@ -44,7 +44,7 @@ const maxCountdown = 1000
 // Countdown sends req.From, req.From-1, ..., 1, req.IntervalMs apart
 // (default 100ms), then ends the stream; the caller's going away ends it
 // early.
-func (Server) Countdown(req *greeterv1.CountdownRequest, stream tunnel.ServerStreamingServer[greeterv1.CountdownReply]) error {
+func (Server) Countdown(req *greeterv1.CountdownRequest, stream tunnel.ServerStreamingServer[greeterv1.CountdownResponse]) error {
 	if req.GetFrom() > maxCountdown {
 		return tunnel.Errorf(tunnel.InvalidArgument, "from %d is more than %d", req.GetFrom(), maxCountdown)
 	}
@@ -53,7 +53,7 @@ func (Server) Countdown(req *greeterv1.CountdownRequest, stream tunnel.ServerStr
 		interval = 100 * time.Millisecond
 	}
 	for n := req.GetFrom(); n > 0; n-- {
-		if err := stream.Send(&greeterv1.CountdownReply{Count: n}); err != nil {
+		if err := stream.Send(&greeterv1.CountdownResponse{Count: n}); err != nil {
 			return err
 		}
 		if n == 1 {
@@ -70,7 +70,7 @@ func (Server) Countdown(req *greeterv1.CountdownRequest, stream tunnel.ServerStr
 
 // Chat answers each message with a greeting, until the caller closes its
 // side.
-func (Server) Chat(stream tunnel.BidiStreamingServer[greeterv1.ChatMessage, greeterv1.ChatMessage]) error {
+func (Server) Chat(stream tunnel.BidiStreamingServer[greeterv1.ChatRequest, greeterv1.ChatResponse]) error {
 	for {
 		in, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -79,7 +79,7 @@ func (Server) Chat(stream tunnel.BidiStreamingServer[greeterv1.ChatMessage, gree
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(&greeterv1.ChatMessage{Text: "Hello, " + in.GetText() + "!"}); err != nil {
+		if err := stream.Send(&greeterv1.ChatResponse{Text: "Hello, " + in.GetText() + "!"}); err != nil {
 			return err
 		}
 	}

@@ -268,28 +268,28 @@ func (x *CountdownRequest) GetIntervalMs() uint32 {
 	return 0
 }
 
-// CountdownReply is one step of a countdown.
-type CountdownReply struct {
+// CountdownResponse is one step of a countdown.
+type CountdownResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Count         uint32                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *CountdownReply) Reset() {
-	*x = CountdownReply{}
+func (x *CountdownResponse) Reset() {
+	*x = CountdownResponse{}
 	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *CountdownReply) String() string {
+func (x *CountdownResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*CountdownReply) ProtoMessage() {}
+func (*CountdownResponse) ProtoMessage() {}
 
-func (x *CountdownReply) ProtoReflect() protoreflect.Message {
+func (x *CountdownResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -301,40 +301,40 @@ func (x *CountdownReply) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use CountdownReply.ProtoReflect.Descriptor instead.
-func (*CountdownReply) Descriptor() ([]byte, []int) {
+// Deprecated: Use CountdownResponse.ProtoReflect.Descriptor instead.
+func (*CountdownResponse) Descriptor() ([]byte, []int) {
 	return file_examples_greeter_v1_greeter_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *CountdownReply) GetCount() uint32 {
+func (x *CountdownResponse) GetCount() uint32 {
 	if x != nil {
 		return x.Count
 	}
 	return 0
 }
 
-// ChatMessage is one message of a chat, either way.
-type ChatMessage struct {
+// ChatRequest is one message of the caller's.
+type ChatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ChatMessage) Reset() {
-	*x = ChatMessage{}
+func (x *ChatRequest) Reset() {
+	*x = ChatRequest{}
 	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ChatMessage) String() string {
+func (x *ChatRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ChatMessage) ProtoMessage() {}
+func (*ChatRequest) ProtoMessage() {}
 
-func (x *ChatMessage) ProtoReflect() protoreflect.Message {
+func (x *ChatRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -346,12 +346,57 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
-func (*ChatMessage) Descriptor() ([]byte, []int) {
+// Deprecated: Use ChatRequest.ProtoReflect.Descriptor instead.
+func (*ChatRequest) Descriptor() ([]byte, []int) {
 	return file_examples_greeter_v1_greeter_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *ChatMessage) GetText() string {
+func (x *ChatRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// ChatResponse is the answer to one ChatRequest.
+type ChatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatResponse) Reset() {
+	*x = ChatResponse{}
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatResponse) ProtoMessage() {}
+
+func (x *ChatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_examples_greeter_v1_greeter_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatResponse.ProtoReflect.Descriptor instead.
+func (*ChatResponse) Descriptor() ([]byte, []int) {
+	return file_examples_greeter_v1_greeter_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ChatResponse) GetText() string {
 	if x != nil {
 		return x.Text
 	}
@@ -375,19 +420,21 @@ const file_examples_greeter_v1_greeter_proto_rawDesc = "" +
 	"\x10CountdownRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x1f\n" +
 	"\vinterval_ms\x18\x02 \x01(\rR\n" +
-	"intervalMs\"&\n" +
-	"\x0eCountdownReply\x12\x14\n" +
+	"intervalMs\")\n" +
+	"\x11CountdownResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\rR\x05count\"!\n" +
-	"\vChatMessage\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text2\x89\x03\n" +
+	"\vChatRequest\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\"\n" +
+	"\fChatResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text2\x8d\x03\n" +
 	"\aGreeter\x12a\n" +
 	"\bSayHello\x12$.examples.greeter.v1.SayHelloRequest\x1a%.examples.greeter.v1.SayHelloResponse\"\b\xfa\xa9\x19\x04\n" +
 	"\x02\b\x05\x12d\n" +
 	"\tSlowHello\x12%.examples.greeter.v1.SlowHelloRequest\x1a&.examples.greeter.v1.SlowHelloResponse\"\b\xfa\xa9\x19\x04\n" +
 	"\x02\b\n" +
-	"\x12Y\n" +
-	"\tCountdown\x12%.examples.greeter.v1.CountdownRequest\x1a#.examples.greeter.v1.CountdownReply0\x01\x12N\n" +
-	"\x04Chat\x12 .examples.greeter.v1.ChatMessage\x1a .examples.greeter.v1.ChatMessage(\x010\x01\x1a\n" +
+	"\x12\\\n" +
+	"\tCountdown\x12%.examples.greeter.v1.CountdownRequest\x1a&.examples.greeter.v1.CountdownResponse0\x01\x12O\n" +
+	"\x04Chat\x12 .examples.greeter.v1.ChatRequest\x1a!.examples.greeter.v1.ChatResponse(\x010\x01\x1a\n" +
 	"\xfa\xa9\x19\x06\x12\x04GRT1B<Z:github.com/rprtunnel/rpr/gen/examples/greeter/v1;greeterv1b\x06proto3"
 
 var (
@@ -402,25 +449,26 @@ func file_examples_greeter_v1_greeter_proto_rawDescGZIP() []byte {
 	return file_examples_greeter_v1_greeter_proto_rawDescData
 }
 
-var file_examples_greeter_v1_greeter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_examples_greeter_v1_greeter_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_examples_greeter_v1_greeter_proto_goTypes = []any{
 	(*SayHelloRequest)(nil),   // 0: examples.greeter.v1.SayHelloRequest
 	(*SayHelloResponse)(nil),  // 1: examples.greeter.v1.SayHelloResponse
 	(*SlowHelloRequest)(nil),  // 2: examples.greeter.v1.SlowHelloRequest
 	(*SlowHelloResponse)(nil), // 3: examples.greeter.v1.SlowHelloResponse
 	(*CountdownRequest)(nil),  // 4: examples.greeter.v1.CountdownRequest
-	(*CountdownReply)(nil),    // 5: examples.greeter.v1.CountdownReply
-	(*ChatMessage)(nil),       // 6: examples.greeter.v1.ChatMessage
+	(*CountdownResponse)(nil), // 5: examples.greeter.v1.CountdownResponse
+	(*ChatRequest)(nil),       // 6: examples.greeter.v1.ChatRequest
+	(*ChatResponse)(nil),      // 7: examples.greeter.v1.ChatResponse
 }
 var file_examples_greeter_v1_greeter_proto_depIdxs = []int32{
 	0, // 0: examples.greeter.v1.Greeter.SayHello:input_type -> examples.greeter.v1.SayHelloRequest
 	2, // 1: examples.greeter.v1.Greeter.SlowHello:input_type -> examples.greeter.v1.SlowHelloRequest
 	4, // 2: examples.greeter.v1.Greeter.Countdown:input_type -> examples.greeter.v1.CountdownRequest
-	6, // 3: examples.greeter.v1.Greeter.Chat:input_type -> examples.greeter.v1.ChatMessage
+	6, // 3: examples.greeter.v1.Greeter.Chat:input_type -> examples.greeter.v1.ChatRequest
 	1, // 4: examples.greeter.v1.Greeter.SayHello:output_type -> examples.greeter.v1.SayHelloResponse
 	3, // 5: examples.greeter.v1.Greeter.SlowHello:output_type -> examples.greeter.v1.SlowHelloResponse
-	5, // 6: examples.greeter.v1.Greeter.Countdown:output_type -> examples.greeter.v1.CountdownReply
-	6, // 7: examples.greeter.v1.Greeter.Chat:output_type -> examples.greeter.v1.ChatMessage
+	5, // 6: examples.greeter.v1.Greeter.Countdown:output_type -> examples.greeter.v1.CountdownResponse
+	7, // 7: examples.greeter.v1.Greeter.Chat:output_type -> examples.greeter.v1.ChatResponse
 	4, // [4:8] is the sub-list for method output_type
 	0, // [0:4] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
@@ -439,7 +487,7 @@ func file_examples_greeter_v1_greeter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_examples_greeter_v1_greeter_proto_rawDesc), len(file_examples_greeter_v1_greeter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

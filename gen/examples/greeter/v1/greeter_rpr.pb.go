@@ -66,7 +66,7 @@ type GreeterClient interface {
 	// Countdown is server-streaming: it sends in and returns the stream of replies.
 	// Call Recv until it returns io.EOF, which means the server ended the stream
 	// with OK; any other error is the stream's status. Cancel ctx to stop early.
-	Countdown(ctx context.Context, in *CountdownRequest, opts ...tunnel.CallOption) (tunnel.ServerStreamingClient[CountdownReply], error)
+	Countdown(ctx context.Context, in *CountdownRequest, opts ...tunnel.CallOption) (tunnel.ServerStreamingClient[CountdownResponse], error)
 	// Chat answers each message it gets, as it gets it, until the caller
 	// closes its side: a bidirectional stream.
 	//
@@ -75,7 +75,7 @@ type GreeterClient interface {
 	// done sending, and Recv until it returns io.EOF, which means the server ended
 	// the stream with OK; any other error is the stream's status. Cancel ctx to
 	// stop early.
-	Chat(ctx context.Context, opts ...tunnel.CallOption) (tunnel.BidiStreamingClient[ChatMessage, ChatMessage], error)
+	Chat(ctx context.Context, opts ...tunnel.CallOption) (tunnel.BidiStreamingClient[ChatRequest, ChatResponse], error)
 }
 
 type greeterClient struct {
@@ -105,12 +105,12 @@ func (c greeterClient) SlowHello(ctx context.Context, in *SlowHelloRequest, opts
 	return out, nil
 }
 
-func (c greeterClient) Countdown(ctx context.Context, in *CountdownRequest, opts ...tunnel.CallOption) (tunnel.ServerStreamingClient[CountdownReply], error) {
+func (c greeterClient) Countdown(ctx context.Context, in *CountdownRequest, opts ...tunnel.CallOption) (tunnel.ServerStreamingClient[CountdownResponse], error) {
 	stream, err := c.cc.NewStream(ctx, &Greeter_ServiceDesc.Methods[2], opts...)
 	if err != nil {
 		return nil, err
 	}
-	out := &tunnel.GenericClientStream[CountdownRequest, CountdownReply]{ClientStream: stream}
+	out := &tunnel.GenericClientStream[CountdownRequest, CountdownResponse]{ClientStream: stream}
 	if err := out.SendMsg(in); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The stream has ended already; Recv returns why.
@@ -127,21 +127,21 @@ func (c greeterClient) Countdown(ctx context.Context, in *CountdownRequest, opts
 // Greeter_CountdownClient is the stream GreeterClient.Countdown returns, under
 // the name grpc-go gave it before it had generic streams, so that code written
 // for grpc-go compiles with few edits.
-type Greeter_CountdownClient = tunnel.ServerStreamingClient[CountdownReply]
+type Greeter_CountdownClient = tunnel.ServerStreamingClient[CountdownResponse]
 
-func (c greeterClient) Chat(ctx context.Context, opts ...tunnel.CallOption) (tunnel.BidiStreamingClient[ChatMessage, ChatMessage], error) {
+func (c greeterClient) Chat(ctx context.Context, opts ...tunnel.CallOption) (tunnel.BidiStreamingClient[ChatRequest, ChatResponse], error) {
 	stream, err := c.cc.NewStream(ctx, &Greeter_ServiceDesc.Methods[3], opts...)
 	if err != nil {
 		return nil, err
 	}
-	out := &tunnel.GenericClientStream[ChatMessage, ChatMessage]{ClientStream: stream}
+	out := &tunnel.GenericClientStream[ChatRequest, ChatResponse]{ClientStream: stream}
 	return out, nil
 }
 
 // Greeter_ChatClient is the stream GreeterClient.Chat returns, under the name
 // grpc-go gave it before it had generic streams, so that code written for
 // grpc-go compiles with few edits.
-type Greeter_ChatClient = tunnel.BidiStreamingClient[ChatMessage, ChatMessage]
+type Greeter_ChatClient = tunnel.BidiStreamingClient[ChatRequest, ChatResponse]
 
 // GreeterServer is the server API of the examples.greeter.v1.Greeter service.
 // Implementations must embed UnimplementedGreeterServer by value, so that
@@ -161,7 +161,7 @@ type GreeterServer interface {
 	// Countdown is server-streaming: it gets the caller's one request and Sends the
 	// replies on the stream. Return nil to end the stream with OK, or an error to
 	// end it with that status; the stream's Context ends when the caller goes away.
-	Countdown(*CountdownRequest, tunnel.ServerStreamingServer[CountdownReply]) error
+	Countdown(*CountdownRequest, tunnel.ServerStreamingServer[CountdownResponse]) error
 	// Chat answers each message it gets, as it gets it, until the caller
 	// closes its side: a bidirectional stream.
 	//
@@ -169,7 +169,7 @@ type GreeterServer interface {
 	// (the caller is done sending) and Send replies, in any order; one goroutine
 	// may send while another receives. Return nil to end the stream with OK, or an
 	// error to end it with that status.
-	Chat(tunnel.BidiStreamingServer[ChatMessage, ChatMessage]) error
+	Chat(tunnel.BidiStreamingServer[ChatRequest, ChatResponse]) error
 	mustEmbedUnimplementedGreeterServer()
 }
 
@@ -185,10 +185,10 @@ func (UnimplementedGreeterServer) SayHello(context.Context, *SayHelloRequest) (*
 func (UnimplementedGreeterServer) SlowHello(context.Context, *SlowHelloRequest) (*SlowHelloResponse, error) {
 	return nil, tunnel.Errorf(tunnel.Unimplemented, "method SlowHello not implemented")
 }
-func (UnimplementedGreeterServer) Countdown(*CountdownRequest, tunnel.ServerStreamingServer[CountdownReply]) error {
+func (UnimplementedGreeterServer) Countdown(*CountdownRequest, tunnel.ServerStreamingServer[CountdownResponse]) error {
 	return tunnel.Errorf(tunnel.Unimplemented, "method Countdown not implemented")
 }
-func (UnimplementedGreeterServer) Chat(tunnel.BidiStreamingServer[ChatMessage, ChatMessage]) error {
+func (UnimplementedGreeterServer) Chat(tunnel.BidiStreamingServer[ChatRequest, ChatResponse]) error {
 	return tunnel.Errorf(tunnel.Unimplemented, "method Chat not implemented")
 }
 func (UnimplementedGreeterServer) mustEmbedUnimplementedGreeterServer() {}
@@ -204,12 +204,12 @@ type UnsafeGreeterServer interface {
 // Greeter_CountdownServer is the stream GreeterServer.Countdown gets, under the
 // name grpc-go gave it before it had generic streams, so that implementations
 // written for grpc-go compile with few edits.
-type Greeter_CountdownServer = tunnel.ServerStreamingServer[CountdownReply]
+type Greeter_CountdownServer = tunnel.ServerStreamingServer[CountdownResponse]
 
 // Greeter_ChatServer is the stream GreeterServer.Chat gets, under the name
 // grpc-go gave it before it had generic streams, so that implementations
 // written for grpc-go compile with few edits.
-type Greeter_ChatServer = tunnel.BidiStreamingServer[ChatMessage, ChatMessage]
+type Greeter_ChatServer = tunnel.BidiStreamingServer[ChatRequest, ChatResponse]
 
 // RegisterGreeterServer registers srv with s (a *tunnel.Server), which then
 // serves the examples.greeter.v1.Greeter service. It panics if srv embeds
@@ -272,11 +272,11 @@ func _Greeter_Countdown_Handler(srv any, stream tunnel.ServerStream) error {
 	if err := stream.RecvMsg(in); err != nil {
 		return err
 	}
-	return srv.(GreeterServer).Countdown(in, &tunnel.GenericServerStream[CountdownRequest, CountdownReply]{ServerStream: stream})
+	return srv.(GreeterServer).Countdown(in, &tunnel.GenericServerStream[CountdownRequest, CountdownResponse]{ServerStream: stream})
 }
 
 func _Greeter_Chat_Handler(srv any, stream tunnel.ServerStream) error {
-	return srv.(GreeterServer).Chat(&tunnel.GenericServerStream[ChatMessage, ChatMessage]{ServerStream: stream})
+	return srv.(GreeterServer).Chat(&tunnel.GenericServerStream[ChatRequest, ChatResponse]{ServerStream: stream})
 }
 
 // Greeter_ServiceInfo is the tunnel.ServiceInfo of the
