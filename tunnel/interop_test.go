@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,12 +158,22 @@ func TestV1ClientToThisServer(t *testing.T) {
 		t.Errorf("ShipOrder ran for %v, want o-1 and o-2 once each", got)
 	}
 
+	// The same keys as the v1 run's, and the worker's stream inbox: the
+	// greeter has streaming methods now, which a v1 server never served.
 	var keys []string
+	inbox := false
 	iter := rdb.Scan(ctx, 0, "rpr:*", 1000).Iterator()
 	for iter.Next(ctx) {
+		if strings.Contains(iter.Val(), "}:in:") {
+			inbox = true
+			continue
+		}
 		keys = append(keys, iter.Val())
 	}
 	slices.Sort(keys)
+	if !inbox {
+		t.Error("no stream inbox for the greeter's streaming methods")
+	}
 	if !slices.Equal(keys, run.Keys) {
 		t.Errorf("keys after the run:\n%v\nwant the v1 run's\n%v", keys, run.Keys)
 	}
