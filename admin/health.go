@@ -29,6 +29,12 @@ type WorkerStatus struct {
 	// Shards lists the shards of a sharded service it reads; nil when it
 	// reads shard 0 alone (the service is not sharded).
 	Shards []int
+	// Methods lists the methods it serves, sorted; nil for a worker of a
+	// release that does not say (it is taken to serve them all).
+	Methods []string
+	// Schema is the version of the service's schema it was built with
+	// (the key of Service.SchemaVersion); "" when it does not say.
+	Schema string
 }
 
 // Health is what Redis knows about a service's servers.
@@ -85,6 +91,8 @@ func (s *Service) Health(ctx context.Context) (Health, error) {
 			Live:     w.LiveAt(redisNow),
 			Lane:     laneOrDefault(w.Lane),
 			Shards:   w.Shards,
+			Methods:  w.Methods,
+			Schema:   w.Schema,
 		})
 	}
 	sort.Slice(h.Workers, func(i, j int) bool {

@@ -39,6 +39,10 @@ type serveRun struct {
 	streamHandlers sync.WaitGroup
 	metrics        callMetrics
 	observeRead    func(size int, full bool) // sizes of read batches
+	// peers and handoffs: requests for methods this worker does not serve
+	// go to a worker that does (see handOff).
+	peers    peerView
+	handoffs chan wire.Handoff
 }
 
 // received is a decoded request entry a worker holds.
@@ -145,7 +149,7 @@ func (r *serveRun) read(rd *reader) {
 			}
 			rd.backoff.wait(ctx)
 		}
-		mine := r.process(readCtx, q, msgs, nil)
+		mine := r.process(readCtx, q, msgs, nil, 0)
 		if mine != nil {
 			// The queue's goroutines (queueSet.workers) now include the
 			// one that reads next; it has not started, so the count is
@@ -224,7 +228,10 @@ func (r *serveRun) releaseSlots(n int) {
 // Of the entries that take the fast path (only ever read afresh), the last
 // is not started but returned, for the reading goroutine to run itself
 // (see readRequests); it holds its slot.
-func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage, previous map[string]string) (mine *handlerJob) {
+//
+// hops counts the handoffs the entries already had (see handOff): 0 for
+// entries this worker read or reclaimed.
+func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage, previous map[string]string, hops int) (mine *handlerJob) {
 	batch := make([]*received, 0, len(msgs))
 	now := r.server.clock.toRedis(time.Now())
 
@@ -238,6 +245,8 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		}
 		switch {
 		case req == nil:
+			r.releaseSlots(1)
+		case req.method == nil && r.handOff(ctx, q, req, hops):
 			r.releaseSlots(1)
 		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline:
 			req.fast = true // no state hash: req.state stays ""

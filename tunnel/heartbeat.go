@@ -24,12 +24,15 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 		shardsOf[q.name] = append(shardsOf[q.name], q.shard)
 	}
 	type beat struct {
-		key  string
-		info []byte
+		svc     *serverService
+		key     string
+		info    []byte
+		schemas string // the service's schemas hash, on its shard 0 beat
 	}
 	var beats []beat
 	for _, svc := range services {
 		info := s.workerRecord()
+		info.Methods, info.Schema = svc.methodNames, svc.schemaID
 		if shards := shardsOf[svc.name]; len(shards) > 1 || (len(shards) == 1 && shards[0] != 0) {
 			info.Shards = shards
 		}
@@ -37,10 +40,10 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 		if err != nil {
 			return err
 		}
-		beats = append(beats, beat{s.keys.Workers(svc.name), raw})
+		beats = append(beats, beat{svc, s.keys.Workers(svc.name), raw, s.keys.Schemas(svc.name)})
 		for _, shard := range shardsOf[svc.name] {
 			if shard != 0 {
-				beats = append(beats, beat{s.keys.Shard(svc.name, shard).Workers(), raw})
+				beats = append(beats, beat{svc, s.keys.Shard(svc.name, shard).Workers(), raw, ""})
 			}
 		}
 	}
@@ -48,7 +51,11 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	calls := make([]*store.Heartbeat, len(beats))
 	sentAt := time.Now()
 	for i, b := range beats {
-		calls[i] = store.NewHeartbeat(b.key, s.opts.WorkerID, b.info, wire.PruneAge)
+		schema := ""
+		if b.schemas != "" {
+			schema = b.svc.schemaID
+		}
+		calls[i] = store.NewHeartbeat(b.key, s.opts.WorkerID, b.info, wire.PruneAge, wire.Retention, b.schemas, schema)
 		calls[i].Queue(ctx, pipe)
 	}
 	counts := make([]*redis.StringCmd, len(services))
@@ -58,17 +65,25 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	_, _ = pipe.Exec(ctx)
 	received := time.Now()
 	var redisNow time.Time
+	var lost []*serverService
 	for i, call := range calls {
 		call.Recover(ctx, s.rdb)
-		at, err := call.Result()
+		at, missing, err := call.Result()
 		if err != nil {
 			return err
 		}
 		if i == 0 {
 			redisNow = at
 		}
+		if missing {
+			lost = append(lost, beats[i].svc)
+		}
 	}
 	s.clock.observe(redisNow, sentAt, received)
+	if len(lost) > 0 {
+		s.log.Info("rpr: the service's schema is gone from Redis (restarted without persistence?); publishing it again", "services", len(lost))
+		s.publishSchemas(ctx, lost)
+	}
 	if follow != nil {
 		for i, svc := range services {
 			if err := counts[i].Err(); err == nil || errors.Is(err, redis.Nil) {

@@ -158,21 +158,25 @@ func TestV1ClientToThisServer(t *testing.T) {
 		t.Errorf("ShipOrder ran for %v, want o-1 and o-2 once each", got)
 	}
 
-	// The same keys as the v1 run's, and the worker's stream inbox: the
-	// greeter has streaming methods now, which a v1 server never served.
+	// The same keys as the v1 run's, and those of what v1 servers did not
+	// have: each service's schema versions, and the worker's stream inbox
+	// (the greeter has streaming methods now).
 	var keys []string
-	inbox := false
+	newer := map[string]bool{}
 	iter := rdb.Scan(ctx, 0, "rpr:*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if strings.Contains(iter.Val(), "}:in:") {
-			inbox = true
-			continue
+		switch key := iter.Val(); {
+		case strings.Contains(key, "}:in:"):
+			newer["inbox"] = true
+		case strings.HasSuffix(key, "}:schemas"):
+			newer["schemas"] = true
+		default:
+			keys = append(keys, key)
 		}
-		keys = append(keys, iter.Val())
 	}
 	slices.Sort(keys)
-	if !inbox {
-		t.Error("no stream inbox for the greeter's streaming methods")
+	if !newer["inbox"] || !newer["schemas"] {
+		t.Errorf("keys of this release missing: found %v, want a stream inbox and schema versions", newer)
 	}
 	if !slices.Equal(keys, run.Keys) {
 		t.Errorf("keys after the run:\n%v\nwant the v1 run's\n%v", keys, run.Keys)

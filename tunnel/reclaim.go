@@ -66,7 +66,7 @@ func (r *serveRun) reclaimOnce(ctx context.Context, q *queue, start string, slot
 		for _, p := range owners.Val() {
 			previous[p.ID] = p.Consumer
 		}
-		r.process(ctx, q, msgs, previous)
+		r.process(ctx, q, msgs, previous, 0)
 	}
 	return next, len(msgs)
 }

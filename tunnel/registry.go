@@ -9,6 +9,7 @@ package tunnel
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // serviceFileSet returns the FileDescriptorSet of the .proto file that
@@ -52,28 +55,41 @@ func serviceFileSet(service string) (set *descriptorpb.FileDescriptorSet, ok boo
 	return set, true
 }
 
-// publishSchemas writes the schema of each service this program has
-// descriptors for to its schema key (no TTL: the schema outlives its
-// servers, so tools can still describe a service that is down). It is
-// written on every start, so the latest server to start wins. A service
-// without a descriptor, or a failed write, is logged and skipped: the
-// schema serves tools, and serving calls must not depend on it.
+// serviceSchema returns the schema of service as servers publish it (the
+// deterministic encoding of serviceFileSet) and its version, both empty
+// when the program has no descriptor for it.
+func serviceSchema(service string, log *slog.Logger) ([]byte, string) {
+	set, ok := serviceFileSet(service)
+	if !ok {
+		log.Debug("rpr: not publishing a schema: no descriptor for the service is linked into this program (hand-written ServiceDesc?); rpr call and rpr describe will not know it",
+			"service", service)
+		return nil, ""
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(set)
+	if err != nil {
+		log.Warn("rpr: not publishing the schema", "service", service, "error", err)
+		return nil, ""
+	}
+	return raw, wire.SchemaID(raw)
+}
+
+// publishSchemas writes the schema of each of services into its schemas
+// hash under its version, which this worker's record names, and to the
+// schema key tools of earlier releases read (the last server to start
+// wins there). Both live for wire.Retention after the worker's last beat;
+// a beat that finds its version gone publishes it again. A failed write is
+// logged and skipped: the schema serves tools, and serving calls must not
+// depend on it.
 func (s *Server) publishSchemas(ctx context.Context, services []*serverService) {
 	pipe := s.rdb.Pipeline()
-	written := map[string]*redis.StatusCmd{}
+	written := map[string]*redis.IntCmd{}
 	for _, svc := range services {
-		set, ok := serviceFileSet(svc.name)
-		if !ok {
-			s.log.Debug("rpr: not publishing a schema: no descriptor for the service is linked into this program (hand-written ServiceDesc?); rpr call and rpr describe will not know it",
-				"service", svc.name)
+		if svc.schemaID == "" {
 			continue
 		}
-		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(set)
-		if err != nil {
-			s.log.Warn("rpr: not publishing the schema", "service", svc.name, "error", err)
-			continue
-		}
-		written[svc.name] = pipe.Set(ctx, s.keys.Schema(svc.name), raw, 0)
+		written[svc.name] = pipe.HSet(ctx, s.keys.Schemas(svc.name), svc.schemaID, svc.schema)
+		pipe.PExpire(ctx, s.keys.Schemas(svc.name), wire.Retention)
+		pipe.Set(ctx, s.keys.Schema(svc.name), svc.schema, wire.Retention)
 	}
 	if len(written) == 0 {
 		return
@@ -81,7 +97,7 @@ func (s *Server) publishSchemas(ctx context.Context, services []*serverService) 
 	_, _ = pipe.Exec(ctx)
 	for name, cmd := range written {
 		if err := cmd.Err(); err != nil {
-			s.log.Warn("rpr: publish schema failed; rpr call and rpr describe may not know the service", "service", name, "key", s.keys.Schema(name), "error", err)
+			s.log.Warn("rpr: publish schema failed; rpr call and rpr describe may not know the service", "service", name, "key", s.keys.Schemas(name), "error", err)
 		}
 	}
 }

@@ -88,12 +88,14 @@ var (
 )
 
 // watchCancellations cancels running handlers whose callers announce that
-// they gave up (arbiterScript publishes the request id), until stop is
-// closed.
+// they gave up (arbiterScript publishes the request id), and takes the
+// requests other workers hand to this one (handOff), until stop is closed.
 func (r *serveRun) watchCancellations(stop <-chan struct{}, services []*serverService) {
-	channels := make([]string, len(services))
-	for i, svc := range services {
-		channels[i] = r.server.keys.Cancels(svc.name)
+	var channels []string
+	handoffChannels := map[string]bool{}
+	for _, svc := range services {
+		channels = append(channels, r.server.keys.Cancels(svc.name), r.server.keys.Handoffs(svc.name))
+		handoffChannels[r.server.keys.Handoffs(svc.name)] = true
 	}
 	sub := r.server.rdb.Subscribe(context.Background(), channels...)
 	defer sub.Close()
@@ -105,6 +107,10 @@ func (r *serveRun) watchCancellations(stop <-chan struct{}, services []*serverSe
 		case msg, ok := <-msgs:
 			if !ok {
 				return
+			}
+			if handoffChannels[msg.Channel] {
+				r.onHandoff(msg.Payload)
+				continue
 			}
 			if r.running.cancel(msg.Payload, errCallerCancelled) || r.streams.cancel(msg.Payload, errCallerCancelled) {
 				r.server.log.Info("rpr: caller cancelled; cancelling its handler", "request_id", msg.Payload)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,6 +183,13 @@ type serverService struct {
 	// streams: the service has streaming methods, so its queues have
 	// inboxes.
 	streams bool
+	// methodNames lists the methods, sorted, for the worker record.
+	methodNames []string
+	// schema is the service's FileDescriptorSet as published and
+	// schemaID its version (wire.SchemaID); both empty without a
+	// descriptor (a hand-written ServiceDesc).
+	schema   []byte
+	schemaID string
 }
 
 // NewServer returns a Server that serves through rdb. rdb stays the
@@ -313,7 +321,10 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 		}
 		svc.methods[m.Name] = m
 		svc.streams = svc.streams || m.IsStreaming()
+		svc.methodNames = append(svc.methodNames, m.Name)
 	}
+	slices.Sort(svc.methodNames)
+	svc.schema, svc.schemaID = serviceSchema(name, s.log)
 	s.services[name] = svc
 }
 
@@ -363,6 +374,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		frames:      newBatcher(s.rdb, 1, 512, 4096, metrics.batchObserver("frames")),
 		observeRead: metrics.batchObserver("read"),
 		metrics:     metrics,
+		handoffs:    make(chan wire.Handoff, handoffQueue),
 	}
 	run.pool = newHandlerPool(run.runJob)
 	// Readers and reclaimers stop taking requests when ctx ends; the
@@ -378,10 +390,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	helpers.Go(func() { run.extendLeases(handlersDone) })
 	helpers.Go(func() { run.watchCancellations(handlersDone, services) })
 	helpers.Go(func() { run.watchCallers(handlersDone) })
+	var intake sync.WaitGroup // what hands requests to handlers besides the queues' readers
+	intake.Go(func() { run.takeHandoffs(ctx) })
 
 	<-ctx.Done()
 	s.log.Info("rpr: shutting down: no new requests; finishing those in flight")
 	run.queues.stop()
+	intake.Wait()
 	// Streams have no end of their own to wait for: end them, and let
 	// their callers open them again elsewhere.
 	for _, ss := range run.streams.list() {

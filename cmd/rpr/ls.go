@@ -29,8 +29,12 @@ func newLsCommand() *cobra.Command {
 worker heartbeats, and prints for each its methods (with their flags and
 default timeout, from the schema its servers published) and its workers
 with their lane, the shards they read (of a sharded service) and their
-last heartbeat. A worker is live when it beat within the last
-5s; silent workers stay listed for a minute.
+last heartbeat, the version of the schema it was built with and the
+methods it serves (while two releases run side by side, SERVED BY says
+which workers serve each method). A worker is live when it beat within
+the last 5s; silent workers stay listed for a minute. A service whose
+workers have all been gone for 24h is no longer listed; rpr forget
+removes one at once.
 
 Method flags: idempotent (idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS:
 safe to retry and re-run after a crash), async ((rpr.v1.method).async),
@@ -90,14 +94,14 @@ func printService(out io.Writer, h admin.Health, sd protoreflect.ServiceDescript
 	tw := newTable(out)
 	switch {
 	case sd != nil:
-		fmt.Fprintln(tw, "  METHOD\tFLAGS\tTIMEOUT\tREQUEST -> RESPONSE")
+		fmt.Fprintln(tw, "  METHOD\tFLAGS\tTIMEOUT\tSERVED BY\tREQUEST -> RESPONSE")
 		for i := range sd.Methods().Len() {
 			md := sd.Methods().Get(i)
 			timeout := "-"
 			if desc, err := tunnel.MethodDescFor(md); err == nil && desc.Timeout > 0 {
 				timeout = desc.Timeout.String()
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s -> %s\n", md.Name(), methodFlags(md), timeout, md.Input().FullName(), md.Output().FullName())
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s -> %s\n", md.Name(), methodFlags(md), timeout, servedBy(h, string(md.Name())), md.Input().FullName(), md.Output().FullName())
 		}
 	case errors.Is(schemaErr, admin.ErrNoSchema):
 		fmt.Fprintln(tw, "  methods unknown: no schema published (servers built with an rpr that publishes schemas do so when they start)")
@@ -111,15 +115,52 @@ func printService(out io.Writer, h admin.Health, sd protoreflect.ServiceDescript
 		return
 	}
 	tw = newTable(out)
-	fmt.Fprintln(tw, "  WORKER\tSTATE\tHOST\tPID\tLANE\tSHARDS\tLAST BEAT")
+	fmt.Fprintln(tw, "  WORKER\tSTATE\tHOST\tPID\tLANE\tSHARDS\tSCHEMA\tMETHODS\tLAST BEAT")
 	for _, w := range h.Workers {
 		state := "live"
 		if !w.Live {
 			state = "silent"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s ago\n", w.ID, state, w.Host, w.PID, orDash(w.Lane), shardList(w.Shards), time.Since(w.LastBeat).Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s ago\n", w.ID, state, w.Host, w.PID, orDash(w.Lane), shardList(w.Shards),
+			orDash(w.Schema), workerMethods(w, sd), time.Since(w.LastBeat).Round(100*time.Millisecond))
 	}
 	tw.Flush()
+}
+
+// servedBy says which live workers serve method: "all" of them, some by
+// id, or "none".
+func servedBy(h admin.Health, method string) string {
+	var live, serving []string
+	for _, w := range h.Workers {
+		if !w.Live {
+			continue
+		}
+		live = append(live, w.ID)
+		if w.Methods == nil || slices.Contains(w.Methods, method) {
+			serving = append(serving, w.ID)
+		}
+	}
+	switch {
+	case len(live) == 0:
+		return "-"
+	case len(serving) == len(live):
+		return "all"
+	case len(serving) == 0:
+		return "none"
+	}
+	return strings.Join(serving, ",")
+}
+
+// workerMethods lists the methods w serves: "all" when it serves every
+// method of the schema shown (or does not say), else their names.
+func workerMethods(w admin.WorkerStatus, sd protoreflect.ServiceDescriptor) string {
+	if w.Methods == nil {
+		return "all"
+	}
+	if sd != nil && len(w.Methods) == sd.Methods().Len() {
+		return "all"
+	}
+	return strings.Join(w.Methods, ",")
 }
 
 // shardList prints the shards a worker reads compactly ("0-3,6"); "-" for

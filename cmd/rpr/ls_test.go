@@ -24,11 +24,11 @@ func TestLs(t *testing.T) {
 	out := res.stdout
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^examples\.greeter\.v1\.Greeter  serving, 1 live worker$`),
-		regexp.MustCompile(`(?m)^  METHOD +FLAGS +TIMEOUT +REQUEST -> RESPONSE$`),
-		regexp.MustCompile(`(?m)^  SayHello +- +5s +examples\.greeter\.v1\.SayHelloRequest -> examples\.greeter\.v1\.SayHelloResponse$`),
-		regexp.MustCompile(`(?m)^  SlowHello +- +10s +examples\.greeter\.v1\.SlowHelloRequest -> examples\.greeter\.v1\.SlowHelloResponse$`),
-		regexp.MustCompile(`(?m)^  WORKER +STATE +HOST +PID +LANE +SHARDS +LAST BEAT$`),
-		regexp.MustCompile(`(?m)^  greeter-ls-1 +live +\S+ +\d+ +default +- +[0-9.]+m?s ago$`),
+		regexp.MustCompile(`(?m)^  METHOD +FLAGS +TIMEOUT +SERVED BY +REQUEST -> RESPONSE$`),
+		regexp.MustCompile(`(?m)^  SayHello +- +5s +all +examples\.greeter\.v1\.SayHelloRequest -> examples\.greeter\.v1\.SayHelloResponse$`),
+		regexp.MustCompile(`(?m)^  SlowHello +- +10s +all +examples\.greeter\.v1\.SlowHelloRequest -> examples\.greeter\.v1\.SlowHelloResponse$`),
+		regexp.MustCompile(`(?m)^  WORKER +STATE +HOST +PID +LANE +SHARDS +SCHEMA +METHODS +LAST BEAT$`),
+		regexp.MustCompile(`(?m)^  greeter-ls-1 +live +\S+ +\d+ +default +- +[0-9a-f]{16} +all +[0-9.]+m?s ago$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("ls output lacks %s:\n%s", want, out)

@@ -52,6 +52,7 @@ Start with "rpr demo".`,
 		newRoutesCommand(),
 		newShardsCommand(),
 		newExporterCommand(),
+		newForgetCommand(),
 	)
 	return root
 }

@@ -351,8 +351,8 @@ func TestStatsLanesAndShards(t *testing.T) {
 	res := runCLI(t, "", "ls", "--redis", w.rs.URL())
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(mailSvc) + `  serving, 2 live workers$`),
-		regexp.MustCompile(`(?m)^  mail-default +live +\S+ +\d+ +default +0-2 +[0-9.]+m?s ago$`),
-		regexp.MustCompile(`(?m)^  mail-v2 +live +\S+ +\d+ +v2 +0-2 +[0-9.]+m?s ago$`),
+		regexp.MustCompile(`(?m)^  mail-default +live +\S+ +\d+ +default +0-2 +- +Ping,Send +[0-9.]+m?s ago$`),
+		regexp.MustCompile(`(?m)^  mail-v2 +live +\S+ +\d+ +v2 +0-2 +- +Ping,Send +[0-9.]+m?s ago$`),
 	} {
 		if res.code != 0 || !want.MatchString(res.stdout) {
 			t.Errorf("rpr ls: exit %d, output lacks %s:\n%s", res.code, want, res.stdout)

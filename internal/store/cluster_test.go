@@ -51,7 +51,8 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 	deadline := time.Now().Add(time.Minute).UnixMilli()
 
 	calls := []*Call{
-		&NewHeartbeat(workers, worker, []byte("{}"), time.Minute).Call,
+		&NewHeartbeat(workers, worker, []byte("{}"), time.Minute, time.Hour, "", "").Call,
+		&NewHeartbeat(keys.Workers(service), worker, []byte("{}"), time.Minute, time.Hour, keys.Schemas(service), "abc").Call,
 		&func() *Begin {
 			b := NewBegin(shard, req, worker, 5*time.Second, 10*time.Second, 5*time.Second, 1)
 			b.Add(BeginEntry{State: shard.State("a"), ReplyTo: resp, EntryID: entry, Deadline: deadline, Attempt: 1})
@@ -99,6 +100,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		&NewMoveLane(shard, "v2", "", 10, false).Call,
 		&NewAcceptStream(req, entry, shard.State("d"), resp, time.Minute, []byte("accept")).Call,
 		&NewOpenInbox(shard.Inbox(worker), time.Minute).Call,
+		&NewHandoff(req, "w2", entry, keys.Handoffs(service), []byte("{}")).Call,
 		&NewEndStream(shard.State("d"), resp, wire.StateSuccess, time.Minute, []byte("resp"), 2, 1).Call,
 	}
 	covered := map[*script]bool{}

@@ -7,14 +7,20 @@ import (
 )
 
 // heartbeatScript records that a worker is alive, stamped with Redis's own
-// clock so that liveness never depends on the hosts' clocks, and forgets
-// workers silent for longer than the prune age.
+// clock so that liveness never depends on the hosts' clocks, forgets
+// workers silent for longer than the prune age, and keeps the service's
+// registry (the workers hash and, for a beat that names one, the schemas
+// hash) for the retention time after this beat. A beat that names a
+// schema version also says whether the schemas hash still holds it, so
+// that a worker republishes a schema Redis lost.
 //
-//	KEYS[1] workers hash
+//	KEYS[1] workers hash        KEYS[2] schemas hash (optional)
 //	ARGV[1] worker id           ARGV[2] worker record (JSON object)
-//	ARGV[3] prune age in ms
+//	ARGV[3] prune age in ms     ARGV[4] retention in ms
+//	ARGV[5] schema version (with KEYS[2])
 //
-// Returns Redis's TIME reply {seconds, microseconds}.
+// Returns {seconds, microseconds, schema missing (1|0)}: Redis's TIME
+// and whether the schema must be published again.
 var heartbeatScript = newScript("heartbeat", `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -28,7 +34,16 @@ for i = 1, #all, 2 do
     redis.call('HDEL', KEYS[1], all[i])
   end
 end
-return t
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local missing = 0
+if KEYS[2] then
+  if redis.call('HEXISTS', KEYS[2], ARGV[5]) == 0 then
+    missing = 1
+  else
+    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  end
+end
+return {t[1], t[2], missing}
 `)
 
 // Heartbeat stamps a worker's record in one workers hash with Redis's
@@ -39,19 +54,33 @@ type Heartbeat struct {
 
 // NewHeartbeat beats worker, whose record (wire.Worker as JSON, without
 // its beat time) is record, into workers, forgetting workers silent for
-// longer than prune.
-func NewHeartbeat(workers, worker string, record []byte, prune time.Duration) *Heartbeat {
-	return &Heartbeat{Call: Call{script: heartbeatScript, keys: []string{workers},
-		args: []any{worker, record, prune.Milliseconds()}}}
+// longer than prune and keeping the hash for retention. With schemas and
+// a schema version, it also keeps schemas and checks that it holds the
+// version.
+func NewHeartbeat(workers, worker string, record []byte, prune, retention time.Duration, schemas, schema string) *Heartbeat {
+	keys := []string{workers}
+	args := []any{worker, record, prune.Milliseconds(), retention.Milliseconds()}
+	if schemas != "" && schema != "" {
+		keys = append(keys, schemas)
+		args = append(args, schema)
+	}
+	return &Heartbeat{Call: Call{script: heartbeatScript, keys: keys, args: args}}
 }
 
-// Result returns Redis's time at the beat.
-func (h *Heartbeat) Result() (time.Time, error) {
+// Result returns Redis's time at the beat, and whether the schema version
+// the beat named is missing from the schemas hash.
+func (h *Heartbeat) Result() (at time.Time, schemaMissing bool, err error) {
 	reply, err := h.reply()
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
-	return ParseTime(reply)
+	parts, ok := reply.([]any)
+	if !ok || len(parts) != 3 {
+		return time.Time{}, false, fmt.Errorf("script heartbeat: unexpected reply %v", reply)
+	}
+	at, err = ParseTime(parts[:2])
+	missing, _ := parts[2].(int64)
+	return at, missing == 1, err
 }
 
 // ParseTime reads Redis's TIME reply, {seconds, microseconds}, as a script

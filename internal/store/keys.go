@@ -140,8 +140,18 @@ func (k Keyspace) Workers(service string) string { return k.Shard(service, 0).Wo
 // calls their callers cancelled, so servers can stop those handlers.
 func (k Keyspace) Cancels(service string) string { return k.tag(service) + ":cancel" }
 
-// Schema is the service's published FileDescriptorSet.
+// Handoffs is the Pub/Sub channel on which a worker tells another that it
+// moved a request to it (wire.Handoff).
+func (k Keyspace) Handoffs(service string) string { return k.tag(service) + ":handoff" }
+
+// Schema is the service's FileDescriptorSet as the last server to start
+// published it: what tools of releases before Schemas read.
 func (k Keyspace) Schema(service string) string { return k.tag(service) + ":schema" }
+
+// Schemas holds every version of the service's schema its workers were
+// built with: wire.SchemaID -> FileDescriptorSet; each worker's record
+// names its own (wire.Worker.Schema).
+func (k Keyspace) Schemas(service string) string { return k.tag(service) + ":schemas" }
 
 // Limits is the service's hash of rate-limit rules: rule name -> JSON rule
 // (wire.LimitRule).
@@ -175,10 +185,35 @@ func (k Keyspace) ServiceOf(key string) (string, bool) {
 	if !ok || name == "" || strings.ContainsAny(name, "{}#") {
 		return "", false
 	}
-	if k.Workers(name) != key && k.Schema(name) != key {
+	if k.Workers(name) != key && k.Schema(name) != key && k.Schemas(name) != key {
 		return "", false
 	}
 	return name, true
+}
+
+// KeysOf are the SCAN MATCH patterns of every key of a service, in all
+// its shards.
+func (k Keyspace) KeysOf(service string) []string {
+	escaped := globEscape(k.prefix) + "{" + globEscape(service)
+	return []string{escaped + "}:*", escaped + "#*}:*"}
+}
+
+// HoldsWork reports whether key is one of a service's keys that hold
+// requests or dead letters (request streams, retry sets, dead-letter
+// streams): what an operator removing a service must not lose unawares.
+func (k Keyspace) HoldsWork(key string) bool {
+	_, rest, ok := strings.Cut(key, "}:")
+	if !ok {
+		return false
+	}
+	return rest == "req" || strings.HasPrefix(rest, "req:") || rest == "retry" || strings.HasPrefix(rest, "retry:") || rest == "dlq"
+}
+
+// IsClientKey reports whether key belongs to a client of the service (a
+// response stream), which expires by itself once the client is gone.
+func (k Keyspace) IsClientKey(key string) bool {
+	_, rest, _ := strings.Cut(key, "}:")
+	return strings.HasPrefix(rest, "resp:")
 }
 
 // ServicePatterns are the SCAN MATCH patterns of the keys ServiceOf
@@ -188,6 +223,7 @@ func (k Keyspace) ServicePatterns() []string {
 	return []string{
 		escaped + strings.TrimPrefix(k.Workers("*"), k.prefix),
 		escaped + strings.TrimPrefix(k.Schema("*"), k.prefix),
+		escaped + strings.TrimPrefix(k.Schemas("*"), k.prefix),
 	}
 }
 

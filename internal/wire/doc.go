@@ -154,7 +154,20 @@
 // the RouteTable in {S}:routes and count it against every LimitRule in
 // {S}:limits that applies to it (one script run on Redis's clock). Servers
 // publish their service's schema, a FileDescriptorSet of the file that
-// defines it and everything it imports, at {S}:schema, for tools.
+// defines it and everything it imports, into the hash {S}:schemas under
+// its SchemaID, which their Worker record names with the methods they
+// serve (and, for tools of earlier releases, at {S}:schema). Each beat
+// keeps {S}:workers and {S}:schemas for Retention and says whether the
+// worker's schema is still there, so a worker publishes it again after
+// Redis lost it.
+//
+// In a rolling deploy a worker may read a request for a method it does not
+// serve. While a live worker of its lane and shard lists the method, it
+// hands the entry over instead of answering UNIMPLEMENTED: the handoff
+// script moves the entry into that worker's pending entries (XCLAIM, same
+// id) and publishes a Handoff on {S}:handoff; the worker reads the entry by
+// id and runs it. A worker of an earlier release (no Methods in its
+// record) is never handed anything.
 //
 // # Status codes
 //

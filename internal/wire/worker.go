@@ -1,7 +1,10 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -20,6 +23,19 @@ type Worker struct {
 	Lane string `json:"lane,omitempty"`
 	// Shards lists the shards it reads, when the service has more than one.
 	Shards []int `json:"shards,omitempty"`
+	// Methods lists the names of the service's methods the worker serves
+	// (absent in records of workers that predate it: every method is
+	// taken as served).
+	Methods []string `json:"methods,omitempty"`
+	// Schema names the version of the service's schema the worker was
+	// built with: its id in the service's schemas hash (SchemaID).
+	Schema string `json:"schema,omitempty"`
+}
+
+// Serves reports whether the worker serves method (a method's short
+// name); a record without Methods serves everything.
+func (w Worker) Serves(method string) bool {
+	return w.Methods == nil || slices.Contains(w.Methods, method)
 }
 
 // Liveness: a server beats every BeatInterval; a worker whose last beat is
@@ -30,7 +46,18 @@ const (
 	BeatInterval = time.Second
 	LiveWindow   = 5 * time.Second
 	PruneAge     = time.Minute
+	// Retention is how long a service's registry (its workers hash and
+	// schemas) outlives its last worker's beat: a service with no worker
+	// for that long disappears from tools.
+	Retention = 24 * time.Hour
 )
+
+// SchemaID names one version of a service's schema: the first 16 hex
+// digits of the SHA-256 of its FileDescriptorSet as published.
+func SchemaID(set []byte) string {
+	sum := sha256.Sum256(set)
+	return hex.EncodeToString(sum[:8])
+}
 
 // ParseWorker reads a worker record; false when it is not one.
 func ParseWorker(raw string) (Worker, bool) {
