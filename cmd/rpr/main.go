@@ -52,6 +52,9 @@ Start with "rpr demo".`,
 		newRoutesCommand(),
 		newShardsCommand(),
 		newExporterCommand(),
+		newUpstreamsCommand(),
+		newIngressCommand(),
+		newEgressCommand(),
 	)
 	return root
 }

@@ -9,8 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
+	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 

@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/headers"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
+	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
