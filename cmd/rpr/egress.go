@@ -8,9 +8,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +31,7 @@ func newEgressCommand() *cobra.Command {
 	var rf redisFlags
 	var routesFile, lane, workerID, caFile string
 	var concurrency int
+	var routeFlags []string
 	cmd := &cobra.Command{
 		Use:   "egress",
 		Short: "Forward tunnelled HTTP and gRPC traffic to the upstreams of the route table",
@@ -42,10 +45,17 @@ caller's trace context (traceparent) and X-Rpr-Request-Id; the caller's
 deadline bounds the upstream request. A route's concurrency bounds the
 requests one egress has in flight to its upstream.
 
+--route PATH=URL sets a route as it starts (rpr upstreams set does the same
+from anywhere): the requests under PATH go to URL; the route is named after
+PATH ("/inventory" -> inventory; "/" -> root). A grpc:// or grpcs:// URL makes
+it a gRPC route, whose PATH is /package.Service/.
+
 Run as many as you like (each is an rpr worker: a crashed one's requests are
 taken over); --lane serves only the routes of that lane. It stops on SIGINT or
 SIGTERM after finishing the requests in flight.`,
 		Example: `  rpr egress --redis redis://hub.internal:6379/0
+  rpr egress --redis redis://hub.internal:6379/0 --route /inventory=http://10.1.0.5:8080
+  rpr egress --redis redis://hub.internal:6379/0 --route /helloworld.Greeter/=grpc://10.1.0.6:9090
   rpr egress --redis redis://hub.internal:6379/0 --lane site-b
   rpr egress --redis redis://hub.internal:6379/0 --routes-file routes.json`,
 		Args: usageArgs(0, 0, "rpr egress [--redis URL] [--lane LANE] [--routes-file FILE]"),
@@ -57,7 +67,14 @@ SIGTERM after finishing the requests in flight.`,
 			if err != nil {
 				return badInput(err)
 			}
-			return runEgress(cmd, rf, egressConfig{routesFile: routesFile, lane: lane, workerID: workerID, concurrency: concurrency, tls: tlsConfig})
+			routes, err := parseRouteFlags(routeFlags, lane)
+			if err != nil {
+				return badInput(err)
+			}
+			if len(routes) > 0 && routesFile != "" {
+				return badInput(errors.New("--route writes to Redis's table, --routes-file replaces it: give one or the other"))
+			}
+			return runEgress(cmd, rf, egressConfig{routesFile: routesFile, lane: lane, workerID: workerID, concurrency: concurrency, tls: tlsConfig, routes: routes})
 		},
 	}
 	rf.register(cmd)
@@ -66,6 +83,7 @@ SIGTERM after finishing the requests in flight.`,
 	f.StringVar(&lane, "lane", "", "serve only the routes of this lane (their --lane); default: the default lane")
 	f.StringVar(&workerID, "worker-id", "", "this egress's worker id (default: host-pid)")
 	f.IntVar(&concurrency, "concurrency", 256, "requests forwarded at once, over all upstreams")
+	f.StringArrayVar(&routeFlags, "route", nil, "set route PATH=URL in Redis's table at start (repeatable), e.g. --route /inventory=http://10.1.0.5:8080")
 	f.StringVar(&caFile, "upstream-ca", "", "PEM file of the CAs that sign https:// and grpcs:// upstreams' certificates (default: the system's)")
 	return cmd
 }
@@ -74,6 +92,38 @@ type egressConfig struct {
 	routesFile, lane, workerID string
 	concurrency                int
 	tls                        *tls.Config
+	routes                     []kindRoute
+}
+
+// kindRoute is a route of a --route flag and the table it goes in.
+type kindRoute struct {
+	kind  upstream.Kind
+	route upstream.Route
+}
+
+// parseRouteFlags reads --route PATH=URL flags; their routes serve lane.
+func parseRouteFlags(flags []string, lane string) ([]kindRoute, error) {
+	var out []kindRoute
+	for _, f := range flags {
+		path, target, ok := strings.Cut(f, "=")
+		if !ok || path == "" || target == "" {
+			return nil, fmt.Errorf("--route %q: want PATH=URL, e.g. --route /inventory=http://10.1.0.5:8080", f)
+		}
+		name := strings.ReplaceAll(strings.Trim(path, "/"), "/", "-")
+		if name == "" {
+			name = "root"
+		}
+		kind := upstream.HTTP
+		if strings.HasPrefix(target, "grpc://") || strings.HasPrefix(target, "grpcs://") {
+			kind = upstream.GRPC
+		}
+		r := upstream.Route{Name: name, PathPrefix: path, Upstream: target, Lane: lane}
+		if err := r.Check(kind); err != nil {
+			return nil, fmt.Errorf("--route %q: %w", f, err)
+		}
+		out = append(out, kindRoute{kind, r})
+	}
+	return out, nil
 }
 
 func runEgress(cmd *cobra.Command, rf redisFlags, cfg egressConfig) error {
@@ -92,6 +142,12 @@ func runEgress(cmd *cobra.Command, rf redisFlags, cfg egressConfig) error {
 	})
 	if err != nil {
 		return badInput(err)
+	}
+	for _, kr := range cfg.routes {
+		if _, err := upstream.NewStore(rdb, rf.prefix, kr.kind).Set(openCtx, kr.route); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "rpr egress: route %s (%s): %s -> %s\n", kr.route.Name, kr.kind, describeMatch(kr.route), describeTarget(kr.route))
 	}
 	tables, err := openTables(openCtx, rdb, rf.prefix, cfg.routesFile, srv.WorkerID(), log)
 	if err != nil {

@@ -43,7 +43,9 @@ to the upstream. The caller gets the upstream's answer, or:
 
 Failures carry X-Rpr-Outcome: "not executed" when rpr can prove the upstream
 never got the request, else "may have executed"; every answer carries
-X-Rpr-Request-Id (rpr trace ID). Async routes answer 202 Accepted with
+X-Rpr-Request-Id (rpr trace ID). Rate limits (rpr limits set
+rpr.tunnel.v1.HTTP ...) count each caller: its IP address, or the
+--caller-header. Async routes answer 202 Accepted with
 {"request_id", "idempotency_key"}; an Idempotency-Key header is the key. gRPC
 calls of any service pass through unchanged, streaming ones too.
 
@@ -76,11 +78,12 @@ flight (up to 10s).`,
 	f.StringVar(&cfg.certFile, "tls-cert", "", "serve TLS with this PEM certificate chain")
 	f.StringVar(&cfg.keyFile, "tls-key", "", "the PEM key of --tls-cert")
 	f.StringVar(&cfg.routesFile, "routes-file", "", "a static route table instead of Redis's (see rpr egress --help)")
+	f.StringVar(&cfg.callerHeader, "caller-header", "", "the request header that names the caller for rate limits (e.g. X-Api-Key); default: the caller's IP address")
 	return cmd
 }
 
 type ingressConfig struct {
-	listen, grpcListen, certFile, keyFile, routesFile string
+	listen, grpcListen, certFile, keyFile, routesFile, callerHeader string
 }
 
 func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
@@ -108,7 +111,7 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 	defer stop()
 	tables.run(runCtx, &wg)
 
-	h, err := ingress.New(client, ingress.Options{HTTPRoutes: tables.http, GRPCRoutes: tables.grpc, Log: log})
+	h, err := ingress.New(client, ingress.Options{HTTPRoutes: tables.http, GRPCRoutes: tables.grpc, Log: log, CallerHeader: cfg.callerHeader})
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,10 @@ type Options struct {
 	// Propagator reads the callers' trace context, so that rpr's spans
 	// continue their traces; default W3C trace context.
 	Propagator propagation.TextMapPropagator
+	// CallerHeader names the request header that identifies the caller
+	// for rate limits (rpr limits on rpr.tunnel.v1.HTTP), such as
+	// X-Api-Key; empty means the caller's IP address.
+	CallerHeader string
 }
 
 // Handler sends the requests it serves through the tunnel.
@@ -119,7 +123,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := h.opts.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	var id string
-	opts := []tunnel.CallOption{tunnel.CaptureRequestID(&id)}
+	opts := []tunnel.CallOption{tunnel.CaptureRequestID(&id), tunnel.WithHeader(tunnel.CallerHeader, h.caller(r))}
 	if route.Lane != "" {
 		opts = append(opts, tunnel.WithLane(route.Lane))
 	}
@@ -146,6 +150,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(resp.GetBody())
 		setTrailers(w, resp.GetTrailers())
 	}
+}
+
+// caller identifies the caller of r for rate limits.
+func (h *Handler) caller(r *http.Request) string {
+	if h.opts.CallerHeader != "" {
+		return r.Header.Get(h.opts.CallerHeader)
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // readBody reads r's body under route's limit; a non-zero status says why
