@@ -161,11 +161,15 @@ func (k Keyspace) Upstreams(service string) string { return k.tag(service) + ":u
 
 // UpstreamsVersion counts the changes of the service's upstream table, so
 // that readers notice one with a GET.
-func (k Keyspace) UpstreamsVersion(service string) string { return k.tag(service) + ":upstreams:version" }
+func (k Keyspace) UpstreamsVersion(service string) string {
+	return k.tag(service) + ":upstreams:version"
+}
 
 // UpstreamsApplied records, per worker, the version of the upstream table
 // it forwards by: worker id -> version.
-func (k Keyspace) UpstreamsApplied(service string) string { return k.tag(service) + ":upstreams:applied" }
+func (k Keyspace) UpstreamsApplied(service string) string {
+	return k.tag(service) + ":upstreams:applied"
+}
 
 // RoutesChanged is the Pub/Sub channel on which a change of the service's
 // routing table is announced, so clients reload it at once.
