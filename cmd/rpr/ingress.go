@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,7 +75,7 @@ flight (up to 10s).`,
 	rf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&cfg.listen, "listen", "127.0.0.1:8080", "address to take HTTP and gRPC on")
-	f.StringVar(&cfg.grpcListen, "grpc-listen", "", "also take gRPC alone on this address (faster than --listen's HTTP/2)")
+	f.StringVar(&cfg.grpcListen, "grpc-listen", "", "also take gRPC alone on this address (faster than --listen's HTTP/2; TLS too with --tls-cert)")
 	f.StringVar(&cfg.certFile, "tls-cert", "", "serve TLS with this PEM certificate chain")
 	f.StringVar(&cfg.keyFile, "tls-key", "", "the PEM key of --tls-cert")
 	f.StringVar(&cfg.routesFile, "routes-file", "", "a static route table instead of Redis's (see rpr egress --help)")
@@ -115,6 +116,14 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 	if err != nil {
 		return err
 	}
+	var tlsConfig *tls.Config
+	if cfg.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
+		if err != nil {
+			return badInput(fmt.Errorf("--tls-cert %s, --tls-key %s: %w", cfg.certFile, cfg.keyFile, err))
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12}
+	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return badInput(fmt.Errorf("--listen %q: %w", cfg.listen, err))
@@ -123,12 +132,12 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(true)
 	protocols.SetUnencryptedHTTP2(true)
-	server := &http.Server{Handler: h, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	server := &http.Server{Handler: h, Protocols: protocols, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 2)
 	scheme := "http"
 	if cfg.certFile != "" {
 		scheme = "https"
-		go func() { served <- server.ServeTLS(ln, cfg.certFile, cfg.keyFile) }()
+		go func() { served <- server.ServeTLS(ln, "", "") }()
 	} else {
 		go func() { served <- server.Serve(ln) }()
 	}
@@ -138,6 +147,9 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 		if err != nil {
 			_ = server.Close()
 			return badInput(fmt.Errorf("--grpc-listen %q: %w", cfg.grpcListen, err))
+		}
+		if tlsConfig != nil {
+			gl = tls.NewListener(gl, &tls.Config{Certificates: tlsConfig.Certificates, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
 		}
 		go func() { served <- h.ServeGRPC(gl) }()
 		grpcLine = ", gRPC alone on " + gl.Addr().String()

@@ -102,7 +102,7 @@ exit status 0 when they all do, 1 when one did not within the wait.`,
 	f.StringVar(&r.PathPrefix, "path", "/", "match paths under this prefix")
 	f.BoolVar(&r.StripPrefix, "strip-prefix", false, "remove the --path prefix before forwarding")
 	f.StringVar(&mode, "mode", string(upstream.ModeSync), "sync, stream or async (HTTP only)")
-	f.DurationVar(&timeout, "timeout", upstream.DefaultTimeout, "deadline of a request that brings none")
+	f.DurationVar(&timeout, "timeout", 0, "deadline of a request that brings none (on a stream route: of its response's head); default 30s for HTTP routes, none for gRPC routes")
 	f.Int64Var(&r.MaxBodyBytes, "max-body", upstream.DefaultMaxBodyBytes, "largest request body, bytes")
 	f.IntVar(&r.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests one egress has in flight to the upstream, at most")
 	f.StringVar(&r.Lane, "lane", "", "rpr lane whose egresses serve the route (rpr egress --lane); default lane if empty")

@@ -61,7 +61,10 @@ type grpcHandler struct {
 	routes func() *upstream.Table
 	log    *slog.Logger
 	prop   propagation.TextMapPropagator
-	srv    *grpc.Server
+	// callerHeader is Options.CallerHeader, lower case: the metadata key
+	// that names a caller for rate limits ("" for the peer's address).
+	callerHeader string
+	srv          *grpc.Server
 	// firstWait and grace are grpcFirstWait and grpcGrace.
 	firstWait, grace time.Duration
 	// streaming are the methods seen to stream from the caller.
@@ -74,17 +77,15 @@ type grpcHandler struct {
 	readers sync.WaitGroup
 }
 
-func newGRPCHandler(client *tunnel.Client, routes func() *upstream.Table, log *slog.Logger) *grpcHandler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+func newGRPCHandler(client *tunnel.Client, opts Options) *grpcHandler {
 	h := &grpcHandler{
-		client:    tunnelv1.NewGRPCClient(client),
-		routes:    routes,
-		log:       log,
-		prop:      propagation.TraceContext{},
-		firstWait: grpcFirstWait,
-		grace:     grpcGrace,
+		client:       tunnelv1.NewGRPCClient(client),
+		routes:       opts.GRPCRoutes,
+		log:          opts.Log,
+		prop:         opts.Propagator,
+		callerHeader: strings.ToLower(opts.CallerHeader),
+		firstWait:    grpcFirstWait,
+		grace:        grpcGrace,
 	}
 	h.srv = grpc.NewServer(
 		grpc.UnknownServiceHandler(h.handle),
@@ -115,7 +116,9 @@ func (h *grpcHandler) Stop() {
 
 // handle relays one gRPC call: it finds the route of its method, then
 // sends it as a Call or a Stream (see grpcFirstWait) with the caller's
-// metadata, deadline (else the route's timeout) and trace context.
+// metadata, deadline and trace context. A call without a deadline gets
+// the route's timeout when the route sets one; by default gRPC routes set
+// none, as gRPC has none: a watch-style stream may stay open for hours.
 func (h *grpcHandler) handle(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
 	md, _ := metadata.FromIncomingContext(ss.Context())
@@ -125,7 +128,7 @@ func (h *grpcHandler) handle(_ any, ss grpc.ServerStream) error {
 		return status.Errorf(codes.Unimplemented, "rpr ingress: no rpr upstream route for %s (rpr upstreams set NAME --path /%s/ --upstream grpc://HOST:PORT)", method, serviceOf(method))
 	}
 	ctx := h.prop.Extract(ss.Context(), grpcraw.Carrier(md))
-	if _, ok := ctx.Deadline(); !ok {
+	if _, ok := ctx.Deadline(); !ok && route.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(route.Timeout))
 		defer cancel()
@@ -147,7 +150,9 @@ func (h *grpcHandler) handle(_ any, ss grpc.ServerStream) error {
 func (c *grpcCall) callOptions(md metadata.MD, authority string) []tunnel.CallOption {
 	opts := make([]tunnel.CallOption, 0, 5+len(md))
 	opts = append(opts, tunnel.CaptureRequestID(&c.id), tunnel.WithHeader(grpcraw.MethodHeader, c.method))
-	if p, ok := peer.FromContext(c.ss.Context()); ok && p.Addr != nil {
+	if c.h.callerHeader != "" {
+		opts = append(opts, tunnel.WithHeader(tunnel.CallerHeader, firstValue(md, c.h.callerHeader)))
+	} else if p, ok := peer.FromContext(c.ss.Context()); ok && p.Addr != nil {
 		host, _, err := net.SplitHostPort(p.Addr.String())
 		if err != nil {
 			host = p.Addr.String()

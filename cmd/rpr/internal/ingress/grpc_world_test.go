@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -102,7 +104,7 @@ func newGRPCWorld(t testing.TB, tune ...func(*grpcHandler)) *grpcWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.client.Close() })
-	w.ingress = newGRPCHandler(w.client, func() *upstream.Table { return ingressTable }, quiet)
+	w.ingress = newGRPCHandler(w.client, Options{GRPCRoutes: func() *upstream.Table { return ingressTable }, Log: quiet, Propagator: propagation.TraceContext{}})
 	for _, f := range tune {
 		f(w.ingress)
 	}

@@ -72,7 +72,7 @@ func New(client *tunnel.Client, opts Options) (*Handler, error) {
 		client: client,
 		http:   tunnelv1.NewHTTPClient(client),
 		opts:   opts,
-		grpc:   newGRPCHandler(client, opts.GRPCRoutes, opts.Log),
+		grpc:   newGRPCHandler(client, opts),
 	}, nil
 }
 
@@ -101,14 +101,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, "", status, "", msg)
 		return
 	}
-	timeout := time.Duration(route.Timeout)
+	timeout, callerTimeout := time.Duration(route.Timeout), false
 	if v := r.Header.Get(TimeoutHeader); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			httpError(w, "", http.StatusBadRequest, "", fmt.Sprintf("rpr ingress: %s %q: want a positive duration such as 5s or 1m", TimeoutHeader, v))
 			return
 		}
-		timeout = d
+		timeout, callerTimeout = d, true
 	}
 	in := r.Header.Clone()
 	in.Del(TimeoutHeader)
@@ -135,9 +135,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case upstream.ModeAsync:
 		h.deliver(ctx, w, r, route, req, timeout, &id, opts)
 	case upstream.ModeStream:
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		h.forwardStream(ctx, w, route, req, &id, opts)
+		if callerTimeout { // the caller bounds the whole response
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		h.forwardStream(ctx, w, route, req, timeout, &id, opts)
 	default:
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -182,13 +185,24 @@ func readBody(w http.ResponseWriter, r *http.Request, route *upstream.Route) ([]
 	return body, 0, ""
 }
 
+// errNoHead is a stream whose response head did not come in time.
+var errNoHead = errors.New("no response head within the route's timeout")
+
 // forwardStream relays a streamed response: the head as soon as it
-// comes, then each part of the body, flushed.
-func (h *Handler) forwardStream(ctx context.Context, w http.ResponseWriter, route *upstream.Route, req *tunnelv1.HTTPRequest, id *string, opts []tunnel.CallOption) {
-	s, err := h.http.ForwardStream(ctx, &tunnelv1.ForwardStreamRequest{Request: req}, opts...)
+// comes (within headTimeout), then each part of the body, flushed, for as
+// long as the upstream sends and the caller stays.
+func (h *Handler) forwardStream(ctx context.Context, w http.ResponseWriter, route *upstream.Route, req *tunnelv1.HTTPRequest, headTimeout time.Duration, id *string, opts []tunnel.CallOption) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(headTimeout, func() { cancel(errNoHead) })
+	s, err := h.http.ForwardStream(ctx, &tunnelv1.ForwardStreamRequest{Request: req}, append(opts, tunnel.WithTimeout(headTimeout))...)
 	var head *tunnelv1.ForwardStreamResponse
 	if err == nil {
 		head, err = s.Recv()
+	}
+	timer.Stop()
+	if errors.Is(context.Cause(ctx), errNoHead) {
+		err = tunnel.Errorf(tunnel.DeadlineExceeded, "rpr ingress: route %s: %v (%v); the upstream may have received the request", route.Name, errNoHead, headTimeout)
 	}
 	if err != nil {
 		h.fail(w, *id, route, err)

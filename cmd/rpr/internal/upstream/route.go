@@ -54,7 +54,10 @@ type Route struct {
 	// Mode is how the ingress sends the route's requests (HTTP only).
 	Mode Mode `json:"mode,omitempty"`
 	// Timeout is the deadline of a request that brings none (the
-	// X-Rpr-Timeout header or a gRPC deadline).
+	// X-Rpr-Timeout header or a gRPC deadline); on a stream route, it
+	// bounds the wait for the response's head, not the body. HTTP routes
+	// default to DefaultTimeout; gRPC routes to none, as gRPC has none (a
+	// watch may stay open for hours).
 	Timeout Duration `json:"timeout,omitempty"`
 	// MaxBodyBytes bounds a request's body (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
@@ -123,7 +126,7 @@ func (r *Route) Check(kind Kind) error {
 	switch {
 	case r.Timeout < 0:
 		return fmt.Errorf("route %s: timeout %v: want a positive duration", r.Name, time.Duration(r.Timeout))
-	case r.Timeout == 0:
+	case r.Timeout == 0 && kind == HTTP:
 		r.Timeout = Duration(DefaultTimeout)
 	}
 	switch {
