@@ -45,7 +45,7 @@ type queueSet struct {
 	// expected is how many queues Serve is starting, so that the first
 	// readers already leave slots for the others (see readShare).
 	expected int
-	workers sync.WaitGroup // every queue's goroutines
+	workers  sync.WaitGroup // every queue's goroutines
 }
 
 // add starts run for q unless the set has stopped; false when it has.
