@@ -161,6 +161,9 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 	case err := <-served:
 		_ = server.Close()
 		h.Stop()
+		if err == nil || errors.Is(err, http.ErrServerClosed) {
+			err = errors.New("a listener stopped unexpectedly")
+		}
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
