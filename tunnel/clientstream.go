@@ -90,9 +90,15 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 	}
 	svc.addStream(rid, cs)
 	// No goroutine per stream: the caller's context and the wait for a
-	// worker end the stream through callbacks.
-	cs.stopWatch = context.AfterFunc(ctx, func() { cs.callerGaveUp(ctx) })
-	cs.acceptTimer = time.AfterFunc(time.Until(cs.deadline), cs.acceptTimedOut)
+	// worker end the stream through callbacks. Both take cs.mu first, so
+	// either waits here until both are set, even when ctx has already
+	// ended.
+	cs.mu.Lock()
+	if !cs.ended { // it may have failed while opening: then nothing is left to watch
+		cs.acceptTimer = time.AfterFunc(time.Until(cs.deadline), cs.acceptTimedOut)
+		cs.stopWatch = context.AfterFunc(ctx, func() { cs.callerGaveUp(ctx) })
+	}
+	cs.mu.Unlock()
 	return cs, nil
 }
 
