@@ -122,7 +122,7 @@ func (cs *clientStream) finish(status error, trailer Metadata, recvEnd error) bo
 	}
 	cs.recv.finish(recvEnd)
 	cs.send.fail(io.EOF)
-	close(cs.endedC) // after the buffer knows its end: see RecvMsg
+	close(cs.endedC)        // after the buffer knows its end: see RecvMsg
 	if acceptTimer != nil { // nil when the stream ended before it was opened
 		acceptTimer.Stop()
 	}
