@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/ingress"
+	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -102,7 +103,8 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 		return badInput(err)
 	}
 	defer client.Close()
-	tables, err := openTables(openCtx, rdb, rf.prefix, cfg.routesFile, "", log)
+	id := upstream.NewIngressID()
+	tables, err := openTables(openCtx, rdb, rf.prefix, cfg.routesFile, id, log)
 	if err != nil {
 		return err
 	}
@@ -154,8 +156,12 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 		go func() { served <- h.ServeGRPC(gl) }()
 		grpcLine = ", gRPC alone on " + gl.Addr().String()
 	}
+	source := tables.source
+	if cfg.routesFile == "" {
+		source += "; reports as " + id
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "rpr ingress: taking HTTP and gRPC on %s://%s%s, through %s (%s)\n",
-		scheme, ln.Addr(), grpcLine, tunnel.RedactURL(rf.url), tables.source)
+		scheme, ln.Addr(), grpcLine, tunnel.RedactURL(rf.url), source)
 
 	select {
 	case err := <-served:

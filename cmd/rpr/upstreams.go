@@ -22,8 +22,8 @@ const upstreamsHelp = `upstreams shows and changes the routes rpr ingress and rp
 existing HTTP and gRPC services by. A route takes the requests whose host and
 path match it and names the one upstream an egress sends them to; egresses
 never forward anywhere else. The table lives in Redis; every ingress and
-egress applies a change within a second, and set and rm wait until every live
-egress has (--wait).`
+egress applies a change within a second, and set and rm wait until every
+running egress and ingress has (--wait).`
 
 func newUpstreamsCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -63,8 +63,10 @@ text/event-stream is streamed on any route), async answers 202 Accepted with a
 receipt at once and lets the egress deliver it, retrying 5xx answers and
 timeouts and dead-lettering 4xx answers (rpr dlq ls rpr.tunnel.v1.HTTP).
 
-It then waits until every live egress forwards by the new table (--wait):
-exit status 0 when they all do, 1 when one did not within the wait.`,
+It then waits until every running egress and ingress forwards by the new
+table (--wait): exit status 0 when they all do, 1 when one did not within the
+wait. An ingress that was killed counts as running for 30s after its last
+report; one that stopped cleanly withdraws at once.`,
 		Example: `  rpr upstreams set orders --path /orders --upstream http://10.0.0.5:8080
   rpr upstreams set shop --host shop.example.com --upstream https://shop.internal --timeout 10s
   rpr upstreams set events --path /events --upstream http://10.0.0.7:8080 --mode stream
@@ -92,7 +94,7 @@ exit status 0 when they all do, 1 when one did not within the wait.`,
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "route %s (%s): %s -> %s\n", r.Name, kind, describeMatch(r), describeTarget(r))
-			return waitEgresses(ctx, out, rf.handle(rdb), s, version, wait)
+			return waitForwarders(ctx, out, rf.handle(rdb), s, version, wait)
 		},
 	}
 	rf.register(cmd)
@@ -106,7 +108,7 @@ exit status 0 when they all do, 1 when one did not within the wait.`,
 	f.Int64Var(&r.MaxBodyBytes, "max-body", upstream.DefaultMaxBodyBytes, "largest request body, bytes")
 	f.IntVar(&r.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests one egress has in flight to the upstream, at most")
 	f.StringVar(&r.Lane, "lane", "", "rpr lane whose egresses serve the route (rpr egress --lane); default lane if empty")
-	f.DurationVar(&wait, "wait", 5*time.Second, "how long to wait for the live egresses to apply the change (0: do not wait)")
+	f.DurationVar(&wait, "wait", 5*time.Second, "how long to wait for the running egresses and ingresses to apply the change (0: do not wait)")
 	return cmd
 }
 
@@ -117,7 +119,7 @@ func newUpstreamsRmCommand() *cobra.Command {
 		Use:   "rm NAME",
 		Short: "Remove a route",
 		Long: `rm removes route NAME from whichever table holds it, then waits, as set does,
-until every live egress forwards without it.`,
+until every running egress and ingress forwards without it.`,
 		Example: "  rpr upstreams rm orders",
 		Args:    usageArgs(1, 1, "rpr upstreams rm NAME, e.g. rpr upstreams rm orders"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -142,7 +144,7 @@ until every live egress forwards without it.`,
 				}
 				removed = true
 				fmt.Fprintf(cmd.OutOrStdout(), "route %s (%s): removed\n", args[0], kind)
-				if err := waitEgresses(ctx, cmd.OutOrStdout(), rf.handle(rdb), s, version, wait); err != nil {
+				if err := waitForwarders(ctx, cmd.OutOrStdout(), rf.handle(rdb), s, version, wait); err != nil {
 					return err
 				}
 			}
@@ -153,7 +155,7 @@ until every live egress forwards without it.`,
 		},
 	}
 	rf.register(cmd)
-	cmd.Flags().DurationVar(&wait, "wait", 5*time.Second, "how long to wait for the live egresses to apply the change (0: do not wait)")
+	cmd.Flags().DurationVar(&wait, "wait", 5*time.Second, "how long to wait for the running egresses and ingresses to apply the change (0: do not wait)")
 	return cmd
 }
 
@@ -169,7 +171,7 @@ func newUpstreamsLsCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List the routes, and which table version each egress forwards by",
+		Short: "List the routes, and which table version each egress and ingress forwards by",
 		Args:  usageArgs(0, 0, "rpr upstreams ls"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
@@ -181,12 +183,12 @@ func newUpstreamsLsCommand() *cobra.Command {
 			}
 			defer done()
 			type listing struct {
-				Kind    string            `json:"kind"`
-				Version int64             `json:"version"`
-				Routes  []upstream.Route  `json:"routes"`
-				Names   []string          `json:"names"`
-				Invalid map[string]string `json:"invalid,omitempty"`
-				Applied map[string]int64  `json:"applied"`
+				Kind    string                     `json:"kind"`
+				Version int64                      `json:"version"`
+				Routes  []upstream.Route           `json:"routes"`
+				Names   []string                   `json:"names"`
+				Invalid map[string]string          `json:"invalid,omitempty"`
+				Applied map[string]upstream.Report `json:"applied"`
 			}
 			var all []listing
 			for _, kind := range []upstream.Kind{upstream.HTTP, upstream.GRPC} {
@@ -226,7 +228,7 @@ func newUpstreamsLsCommand() *cobra.Command {
 	return cmd
 }
 
-func printUpstreams(out io.Writer, kind string, version int64, routes []upstream.Route, invalid map[string]string, applied map[string]int64) {
+func printUpstreams(out io.Writer, kind string, version int64, routes []upstream.Route, invalid map[string]string, applied map[string]upstream.Report) {
 	fmt.Fprintf(out, "%s routes (table version %d)\n", kind, version)
 	if len(routes) == 0 && len(invalid) == 0 {
 		fmt.Fprintln(out, "  none: add one with rpr upstreams set NAME --path PREFIX --upstream URL")
@@ -246,12 +248,21 @@ func printUpstreams(out io.Writer, kind string, version int64, routes []upstream
 			fmt.Fprintf(out, "  %s: ignored by ingresses and egresses: %s\n", name, invalid[name])
 		}
 	}
-	for _, w := range slices.Sorted(maps.Keys(applied)) {
+	now := time.Now()
+	for _, id := range slices.Sorted(maps.Keys(applied)) {
+		r := applied[id]
 		state := "current"
-		if applied[w] < version {
+		if r.Version < version {
 			state = "behind"
 		}
-		fmt.Fprintf(out, "  egress %s forwards by version %d (%s)\n", w, applied[w], state)
+		role := "egress"
+		if upstream.IsIngress(id) {
+			role = "ingress"
+			if now.Sub(r.Reported) >= upstream.IngressStale {
+				state = "stopped, no report for " + now.Sub(r.Reported).Round(time.Second).String()
+			}
+		}
+		fmt.Fprintf(out, "  %s %s forwards by version %d (%s)\n", role, id, r.Version, state)
 	}
 }
 
@@ -273,37 +284,54 @@ func describeTarget(r upstream.Route) string {
 	return s + ")"
 }
 
-// waitEgresses waits until every live egress of s's service reports
-// version, and says so.
-func waitEgresses(ctx context.Context, out io.Writer, a *admin.Client, s *upstream.Store, version int64, wait time.Duration) error {
+// waitForwarders waits until every live egress of s's service, and every
+// ingress that reported lately, forwards by version, and says so.
+func waitForwarders(ctx context.Context, out io.Writer, a *admin.Client, s *upstream.Store, version int64, wait time.Duration) error {
 	if wait <= 0 {
-		fmt.Fprintf(out, "table version %d; not waiting for egresses\n", version)
+		fmt.Fprintf(out, "table version %d; not waiting for egresses and ingresses\n", version)
 		return nil
 	}
 	health, err := a.Service(s.Kind().Service()).Health(ctx)
 	if err != nil {
 		return err
 	}
-	var live []string
+	var egresses []string
 	for _, w := range health.Workers {
 		if w.Live {
-			live = append(live, w.ID)
+			egresses = append(egresses, w.ID)
 		}
 	}
-	if len(live) == 0 {
-		fmt.Fprintf(out, "table version %d; no egress is running: each loads the table when it starts\n", version)
+	applied, err := s.Applied(ctx)
+	if err != nil {
+		return err
+	}
+	ingresses := upstream.LiveIngresses(applied, time.Now())
+	if len(egresses)+len(ingresses) == 0 {
+		fmt.Fprintf(out, "table version %d; no egress or ingress is running: each loads the table when it starts\n", version)
 		return nil
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	behind, err := s.WaitApplied(waitCtx, version, live, 50*time.Millisecond)
+	behind, err := s.WaitApplied(waitCtx, version, slices.Concat(egresses, ingresses), 50*time.Millisecond)
 	if err != nil {
 		return err
 	}
 	if len(behind) > 0 {
-		return failed(fmt.Errorf("table version %d: %d of %d live egresses did not apply it within %v: %s (are they running, able to read Redis, and of this rpr release?)",
-			version, len(behind), len(live), wait, strings.Join(behind, ", ")))
+		return failed(fmt.Errorf("table version %d: %d of %d running egresses and ingresses did not apply it within %v: %s (are they running, able to read Redis, and of this rpr release? an ingress that stopped without a clean exit counts for %v after its last report)",
+			version, len(behind), len(egresses)+len(ingresses), wait, strings.Join(behind, ", "), upstream.IngressStale))
 	}
-	fmt.Fprintf(out, "table version %d: applied by %d egress%s (%s); no request goes by the old table now\n", version, len(live), map[bool]string{true: "", false: "es"}[len(live) == 1], strings.Join(live, ", "))
+	fmt.Fprintf(out, "table version %d: applied by %s and %s; no request goes by the old table now\n", version,
+		countNames(egresses, "egress", "egresses"), countNames(ingresses, "ingress", "ingresses"))
 	return nil
+}
+
+// countNames says how many names there are and which: "2 egresses (a, b)".
+func countNames(names []string, one, many string) string {
+	switch len(names) {
+	case 0:
+		return "no " + one
+	case 1:
+		return fmt.Sprintf("1 %s (%s)", one, names[0])
+	}
+	return fmt.Sprintf("%d %s (%s)", len(names), many, strings.Join(names, ", "))
 }

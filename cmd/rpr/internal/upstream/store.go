@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,7 +38,8 @@ func (k Kind) String() string {
 
 // Store reads and changes one forwarding service's upstream table in
 // Redis: a hash of route name -> JSON route, a version counter bumped with
-// every change in the same transaction, and each egress's applied version.
+// every change in the same transaction, and the version each egress and
+// ingress last reported it forwards by.
 type Store struct {
 	rdb  redis.UniversalClient
 	kind Kind
@@ -137,13 +140,35 @@ func (s *Store) Remove(ctx context.Context, name string) (int64, bool, error) {
 	return version.Val(), removed.Val() == 1, nil
 }
 
-// appliedTTL is how long a worker's report outlives its last renewal.
+// appliedTTL is how long the applied hash outlives its last renewal.
 const appliedTTL = time.Minute
 
-// ReportApplied records that worker forwards by version of the table.
-func (s *Store) ReportApplied(ctx context.Context, worker string, version int64) error {
+// reportEvery is how often a Watcher renews its applied report.
+const reportEvery = 10 * time.Second
+
+// IngressStale is how old an ingress's report may be for the ingress to
+// count as running: three missed renewals mean it stopped without saying
+// so (a clean stop withdraws the report at once).
+const IngressStale = 3 * reportEvery
+
+// IngressIDPrefix starts the id every ingress reports under; egresses
+// report under their worker id.
+const IngressIDPrefix = "ingress/"
+
+// Report is what one forwarding process last said it decides by.
+type Report struct {
+	Version  int64     `json:"version"`
+	Reported time.Time `json:"reported"`
+}
+
+// IsIngress reports whether id is an ingress's.
+func IsIngress(id string) bool { return strings.HasPrefix(id, IngressIDPrefix) }
+
+// ReportApplied records that the process id forwards by version of the
+// table, now.
+func (s *Store) ReportApplied(ctx context.Context, id string, version int64) error {
 	pipe := s.rdb.Pipeline()
-	pipe.HSet(ctx, s.applied(), worker, version)
+	pipe.HSet(ctx, s.applied(), id, fmt.Sprintf("%d %d", version, time.Now().UnixMilli()))
 	pipe.PExpire(ctx, s.applied(), appliedTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("report the applied upstream table: %w", err)
@@ -151,18 +176,44 @@ func (s *Store) ReportApplied(ctx context.Context, worker string, version int64)
 	return nil
 }
 
-// Applied returns the version of the table each worker reported it
-// forwards by.
-func (s *Store) Applied(ctx context.Context) (map[string]int64, error) {
+// Withdraw removes the process id's report: it no longer forwards.
+func (s *Store) Withdraw(ctx context.Context, id string) error {
+	if err := s.rdb.HDel(ctx, s.applied(), id).Err(); err != nil {
+		return fmt.Errorf("withdraw the applied upstream table report of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Applied returns what each forwarding process last reported.
+func (s *Store) Applied(ctx context.Context) (map[string]Report, error) {
 	raw, err := s.rdb.HGetAll(ctx, s.applied()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.applied(), err)
 	}
-	out := make(map[string]int64, len(raw))
-	for w, v := range raw {
-		out[w], _ = strconv.ParseInt(v, 10, 64)
+	out := make(map[string]Report, len(raw))
+	for id, v := range raw {
+		version, at, _ := strings.Cut(v, " ")
+		var r Report
+		r.Version, _ = strconv.ParseInt(version, 10, 64)
+		if ms, err := strconv.ParseInt(at, 10, 64); err == nil {
+			r.Reported = time.UnixMilli(ms)
+		}
+		out[id] = r
 	}
 	return out, nil
+}
+
+// LiveIngresses returns, sorted, the ids of the ingresses in applied whose
+// last report is younger than IngressStale.
+func LiveIngresses(applied map[string]Report, now time.Time) []string {
+	var live []string
+	for id, r := range applied {
+		if IsIngress(id) && now.Sub(r.Reported) < IngressStale {
+			live = append(live, id)
+		}
+	}
+	slices.Sort(live)
+	return live
 }
 
 // WaitApplied waits, while ctx allows, until every one of workers has
@@ -176,7 +227,7 @@ func (s *Store) WaitApplied(ctx context.Context, version int64, workers []string
 		}
 		var behind []string
 		for _, w := range workers {
-			if applied[w] < version {
+			if applied[w].Version < version {
 				behind = append(behind, w)
 			}
 		}

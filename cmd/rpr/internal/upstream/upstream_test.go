@@ -155,3 +155,43 @@ func TestReadFile(t *testing.T) {
 		t.Errorf("bad file: %v", err)
 	}
 }
+
+// TestIngressReports checks that an ingress's report counts while fresh,
+// not once stale, and is withdrawn when its watcher stops.
+func TestIngressReports(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	ctx := context.Background()
+	s := NewStore(rdb, "", HTTP)
+	if _, err := s.Set(ctx, Route{Name: "api", PathPrefix: "/api", Upstream: "http://127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	id := NewIngressID()
+	if !IsIngress(id) || IsIngress("worker-1") {
+		t.Fatalf("IsIngress(%q) is false or IsIngress(worker-1) is true", id)
+	}
+	w := NewWatcher(s, id, slog.New(slog.DiscardHandler))
+	if err := w.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(runCtx) }()
+
+	applied, err := s.Applied(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if live := LiveIngresses(applied, now); len(live) != 1 || live[0] != id || applied[id].Version != 1 {
+		t.Fatalf("live ingresses %v, applied %v: want %s at version 1", live, applied, id)
+	}
+	if live := LiveIngresses(applied, now.Add(IngressStale)); len(live) != 0 {
+		t.Errorf("a report %v old still counts: %v", IngressStale, live)
+	}
+	stop()
+	<-done
+	if applied, _ := s.Applied(ctx); len(applied) != 0 {
+		t.Errorf("after the watcher stopped the reports are %v, want none", applied)
+	}
+}

@@ -2,7 +2,10 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -13,19 +16,19 @@ const PollInterval = 500 * time.Millisecond
 
 // Watcher keeps the current version of one upstream table for a forwarding
 // process (an egress or an ingress), reporting to Redis which version it
-// applied (for an egress), so that `rpr upstreams set` can wait until no
-// request goes by the old table.
+// applied, so that `rpr upstreams set` can wait until no request goes by
+// the old table.
 type Watcher struct {
-	store  *Store
-	worker string // "" for a process that does not report
-	log    *slog.Logger
-	table  atomic.Pointer[Table]
+	store *Store
+	id    string // "" for a process that does not report
+	log   *slog.Logger
+	table atomic.Pointer[Table]
 }
 
-// NewWatcher returns a watcher of s's table; worker, when not empty, is
+// NewWatcher returns a watcher of s's table; id, when not empty, is
 // the id it reports the applied version under.
-func NewWatcher(s *Store, worker string, log *slog.Logger) *Watcher {
-	return &Watcher{store: s, worker: worker, log: log}
+func NewWatcher(s *Store, id string, log *slog.Logger) *Watcher {
+	return &Watcher{store: s, id: id, log: log}
 }
 
 // Load reads the table once; call it before Run, so that the process
@@ -43,10 +46,12 @@ func (w *Watcher) Load(ctx context.Context) error {
 func (w *Watcher) Table() *Table { return w.table.Load() }
 
 // Run polls for changes every PollInterval until ctx ends, and renews the
-// applied report every few seconds.
+// applied report every few seconds. When ctx ends it withdraws the
+// report: a process that stopped holds no `rpr upstreams set` up.
 func (w *Watcher) Run(ctx context.Context) {
 	t := time.NewTicker(PollInterval)
 	defer t.Stop()
+	defer w.withdraw(ctx)
 	renew := time.Now()
 	for {
 		select {
@@ -71,7 +76,7 @@ func (w *Watcher) Run(ctx context.Context) {
 			}
 			w.swap(ctx, next)
 			renew = time.Now()
-		} else if time.Since(renew) > appliedTTL/4 {
+		} else if time.Since(renew) >= reportEvery {
 			w.report(ctx, cur.Version)
 			renew = time.Now()
 		}
@@ -91,10 +96,32 @@ func (w *Watcher) swap(ctx context.Context, t *Table) {
 }
 
 func (w *Watcher) report(ctx context.Context, version int64) {
-	if w.worker == "" {
+	if w.id == "" {
 		return
 	}
-	if err := w.store.ReportApplied(ctx, w.worker, version); err != nil && ctx.Err() == nil {
+	if err := w.store.ReportApplied(ctx, w.id, version); err != nil && ctx.Err() == nil {
 		w.log.Warn("rpr: report the applied upstream table", "error", err)
 	}
+}
+
+// withdraw removes the report once ctx, the process's run, has ended.
+func (w *Watcher) withdraw(ctx context.Context) {
+	if w.id == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := w.store.Withdraw(ctx, w.id); err != nil {
+		w.log.Warn("rpr: withdraw the applied upstream table report; it ages out by itself", "error", err)
+	}
+}
+
+// NewIngressID returns the id an ingress reports under: its host name and
+// process id, with a random suffix so that a reused pid is a new id.
+func NewIngressID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s%s-%d-%04x", IngressIDPrefix, host, os.Getpid(), rand.IntN(1<<16))
 }
