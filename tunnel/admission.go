@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rprtunnel/rpr/internal/wire"
 )
@@ -90,10 +89,7 @@ func (s *clientService) refused(full, rid string, size, capacity int64, where st
 	after := s.retryAfter(size, capacity)
 	e := notExecutedf(ResourceExhausted, "%s [%s]: refused: the queue of %s holds %d request(s), %s of %d (servers are behind or down); not enqueued, retry after %v",
 		full, rid, s.name, size, where, capacity, after)
-	if withInfo, err := e.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); err == nil {
-		return withInfo
-	}
-	return e
+	return withRefusal(e, ReasonQueueFull, after)
 }
 
 // retryAfter estimates when the queue will have room again from how fast

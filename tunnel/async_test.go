@@ -353,6 +353,9 @@ func TestAsyncOverflowIsRefusedNotDropped(t *testing.T) {
 			if after, ok := tunnel.RetryAfter(err); !ok || after <= 0 {
 				t.Errorf("refusal without a retry-after hint: %v", err)
 			}
+			if r := tunnel.ErrorReason(err); r != tunnel.ReasonQueueFull {
+				t.Errorf("reason %q, want %s: %v", r, tunnel.ReasonQueueFull, err)
+			}
 		default:
 			t.Fatalf("enqueue %d: %v", i, err)
 		}

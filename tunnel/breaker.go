@@ -13,8 +13,6 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Circuit breakers fail calls at once while the far side cannot serve
@@ -411,8 +409,5 @@ func (br *breaker) refusal(err error, full, rid string) error {
 		e = notExecutedf(Unavailable, "%s [%s]: %s %s (last: %s); not sent, next probe in %v",
 			full, rid, br.what("open"), reason, last, after)
 	}
-	if withInfo, derr := e.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); derr == nil {
-		return withInfo
-	}
-	return e
+	return withRefusal(e, ReasonCircuitOpen, after)
 }

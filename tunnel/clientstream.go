@@ -90,9 +90,15 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 	}
 	svc.addStream(rid, cs)
 	// No goroutine per stream: the caller's context and the wait for a
-	// worker end the stream through callbacks.
-	cs.stopWatch = context.AfterFunc(ctx, func() { cs.callerGaveUp(ctx) })
-	cs.acceptTimer = time.AfterFunc(time.Until(cs.deadline), cs.acceptTimedOut)
+	// worker end the stream through callbacks. Both take cs.mu first, so
+	// either waits here until both are set, even when ctx has already
+	// ended.
+	cs.mu.Lock()
+	if !cs.ended { // it may have failed while opening: then nothing is left to watch
+		cs.acceptTimer = time.AfterFunc(time.Until(cs.deadline), cs.acceptTimedOut)
+		cs.stopWatch = context.AfterFunc(ctx, func() { cs.callerGaveUp(ctx) })
+	}
+	cs.mu.Unlock()
 	return cs, nil
 }
 
@@ -152,6 +158,7 @@ type clientStream struct {
 	trailer    Metadata
 	ended      bool
 	status     error // how it ended: nil for OK
+	recvEnded  bool  // RecvMsg has returned the end: Trailer is visible
 }
 
 var _ ClientStream = (*clientStream)(nil)
@@ -257,6 +264,7 @@ func (cs *clientStream) RecvMsg(m proto.Message) error {
 		case err == nil:
 			return cs.fail(Errorf(Internal, "%s [%s]: the server sent more than one reply to a client-streaming call", cs.full(), cs.id()), true)
 		case errors.Is(err, io.EOF), errors.Is(err, errEndOfStream):
+			cs.markRecvEnded()
 		default:
 			return cs.recvFailed(err)
 		}
@@ -282,10 +290,18 @@ func (cs *clientStream) Header() (Metadata, error) {
 func (cs *clientStream) Trailer() Metadata {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if !cs.ended {
+	if !cs.recvEnded {
 		return nil
 	}
 	return cs.trailer
+}
+
+// markRecvEnded records that RecvMsg returned the stream's end, so the
+// trailer is visible from now on whatever order the frames came in.
+func (cs *clientStream) markRecvEnded() {
+	cs.mu.Lock()
+	cs.recvEnded = true
+	cs.mu.Unlock()
 }
 
 // ensureOpen sends the open unless it went already (a stream whose
@@ -415,6 +431,7 @@ func (cs *clientStream) sendFailed(err error) error {
 // recvFailed turns the end of the receiving side into RecvMsg's error:
 // io.EOF for a clean end, else the stream's status.
 func (cs *clientStream) recvFailed(err error) error {
+	cs.markRecvEnded()
 	if errors.Is(err, errEndOfStream) {
 		return io.EOF
 	}

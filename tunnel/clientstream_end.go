@@ -35,8 +35,11 @@ func (cs *clientStream) onFrame(f *wire.Frame) {
 			cs.fail(Errorf(Unavailable, "%s [%s]: the stream broke: worker %s's inbox is gone (the worker stopped) after this caller received %d messages; the request may have had effects",
 				cs.full(), cs.id(), f.Worker, cs.recv.received()), false)
 		})
+		timer := cs.acceptTimer
 		cs.mu.Unlock()
-		cs.acceptTimer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 		cs.send.grant(f.Window, f.WindowBytes)
 		close(cs.acceptC)
 	case wire.FrameHeader:
@@ -112,15 +115,20 @@ func (cs *clientStream) finish(status error, trailer Metadata, recvEnd error) bo
 	if !cs.accepted {
 		close(cs.acceptC)
 	}
+	acceptTimer, stopWatch := cs.acceptTimer, cs.stopWatch
 	cs.mu.Unlock()
 	if status != nil {
 		recvEnd = status
 	}
 	cs.recv.finish(recvEnd)
 	cs.send.fail(io.EOF)
-	close(cs.endedC) // after the buffer knows its end: see RecvMsg
-	cs.acceptTimer.Stop()
-	cs.stopWatch()
+	close(cs.endedC)        // after the buffer knows its end: see RecvMsg
+	if acceptTimer != nil { // nil when the stream ended before it was opened
+		acceptTimer.Stop()
+	}
+	if stopWatch != nil {
+		stopWatch()
+	}
 	cs.svc.removeStream(cs.id())
 	cs.started.end(status)
 	cs.pass.done(status)

@@ -111,7 +111,7 @@ func (r *serveRun) read(rd *reader) {
 		case <-ctx.Done():
 			return
 		}
-		slots := 1 + r.takeSlots(s.opts.BatchSize-1)
+		slots := 1 + r.takeSlots(r.readShare()-1)
 		if time.Now().After(rd.nextReclaim) {
 			var used int
 			rd.reclaimFrom, used = r.reclaimOnce(readCtx, q, rd.reclaimFrom, slots)
@@ -209,6 +209,15 @@ func (r *serveRun) takeSlots(n int) int {
 		}
 	}
 	return n
+}
+
+// readShare is how many handler slots one queue's read may hold: the
+// batch size, but no more than the queue's share of the slots, so that a
+// reader blocked on a quiet queue never holds the slots another queue's
+// requests wait for (a server of two services, or of several shards).
+func (r *serveRun) readShare() int {
+	n := max(r.queues.count(), 1)
+	return max(1, min(r.server.opts.BatchSize, cap(r.slots)/n))
 }
 
 func (r *serveRun) releaseSlots(n int) {

@@ -70,12 +70,18 @@ func (e *Error) Unwrap() error { return e.cause }
 func (e *Error) Details() []*anypb.Any { return e.details }
 
 // WithDetails returns a copy of e carrying the given messages as details
-// (for example errdetails.BadRequest). It fails only if a message cannot be
+// (for example errdetails.BadRequest); an *anypb.Any is taken as the
+// detail itself, type URL and bytes unchanged, so a proxy can pass on
+// details of types it does not link. It fails only if a message cannot be
 // marshalled.
 func (e *Error) WithDetails(msgs ...proto.Message) (*Error, error) {
 	out := *e
 	out.details = append([]*anypb.Any(nil), e.details...)
 	for _, m := range msgs {
+		if a, ok := m.(*anypb.Any); ok {
+			out.details = append(out.details, a) // already a detail: kept as it is
+			continue
+		}
 		a, err := anypb.New(m)
 		if err != nil {
 			return nil, fmt.Errorf("rpr: marshal error detail %T: %w", m, err)

@@ -12,8 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
@@ -188,8 +186,5 @@ func (c *Client) limit(ctx context.Context, svc *clientService, full, rid string
 		attribute.String("rpr.limit.tier", tier), attribute.String("rpr.limit.rule", rule.Name))))
 	e := notExecutedf(ResourceExhausted, "%s [%s]: refused by rate limit %q of %s (%d calls per %v per caller, %s); not sent, retry after %v",
 		full, rid, rule.Name, svc.name, rule.Limit, rule.Window, rule.Algorithm, after)
-	if withInfo, err := e.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); err == nil {
-		return withInfo
-	}
-	return e
+	return withRefusal(e, ReasonRateLimited, after)
 }

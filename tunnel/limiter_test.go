@@ -134,6 +134,9 @@ func checkLimited(t *testing.T, err error, window time.Duration) {
 	if !ok || after <= 0 || after > window {
 		t.Fatalf("retry-after %v (present %v), want in (0, %v]: %v", after, ok, window, err)
 	}
+	if r := tunnel.ErrorReason(err); r != tunnel.ReasonRateLimited {
+		t.Fatalf("reason %q, want %s: %v", r, tunnel.ReasonRateLimited, err)
+	}
 }
 
 // TestLimitAccuracy is the test: a limit of L per window W, four

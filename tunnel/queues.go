@@ -42,7 +42,10 @@ type queueSet struct {
 	mu      sync.Mutex
 	stopped bool
 	queues  []*queue
-	workers sync.WaitGroup // every queue's goroutines
+	// expected is how many queues Serve is starting, so that the first
+	// readers already leave slots for the others (see readShare).
+	expected int
+	workers  sync.WaitGroup // every queue's goroutines
 }
 
 // add starts run for q unless the set has stopped; false when it has.
@@ -71,6 +74,20 @@ func (qs *queueSet) list() []*queue {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	return slices.Clone(qs.queues)
+}
+
+// count returns how many queues are read now, or are about to be.
+func (qs *queueSet) count() int {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return max(len(qs.queues), qs.expected)
+}
+
+// expect says that n queues are about to start.
+func (qs *queueSet) expect(n int) {
+	qs.mu.Lock()
+	qs.expected = n
+	qs.mu.Unlock()
 }
 
 // stop lets no queue start and waits for the goroutines of those started

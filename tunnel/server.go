@@ -382,6 +382,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// cancellation) stop once the last handler has finished.
 	var helpers sync.WaitGroup
 	handlersDone := make(chan struct{})
+	run.queues.expect(len(queues))
 	for _, q := range queues {
 		run.serveQueue(ctx, q)
 	}

@@ -55,6 +55,17 @@ func (f *redisFlags) connect(cmd *cobra.Command, timeout time.Duration) (ctx con
 	return ctx, f.handle(rdb), func() { _ = rdb.Close(); cancel() }, nil
 }
 
+// connectRedis is connect for commands that need the Redis client itself.
+func (f *redisFlags) connectRedis(cmd *cobra.Command, timeout time.Duration) (context.Context, redis.UniversalClient, func(), error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	rdb, err := f.open(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, rdb, func() { _ = rdb.Close(); cancel() }, nil
+}
+
 // commandGroup makes cmd a group of the subcommands subs (dlq, limits,
 // routes, shards): run bare, it prints its help; with an unknown
 // subcommand it fails with exit status 2, suggesting the nearest, else

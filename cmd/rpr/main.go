@@ -53,6 +53,9 @@ Start with "rpr demo".`,
 		newShardsCommand(),
 		newExporterCommand(),
 		newForgetCommand(),
+		newUpstreamsCommand(),
+		newIngressCommand(),
+		newEgressCommand(),
 	)
 	return root
 }

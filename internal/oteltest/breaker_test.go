@@ -103,6 +103,9 @@ func checkBreakerRefusal(t *testing.T, err error, names string, coolDown time.Du
 	if !ok || after < 0 || after > coolDown {
 		t.Errorf("refusal's RetryInfo = %v, %v; want a delay within the %v cool-down", after, ok, coolDown)
 	}
+	if r := tunnel.ErrorReason(err); r != tunnel.ReasonCircuitOpen {
+		t.Errorf("refusal's reason = %q, want %s", r, tunnel.ReasonCircuitOpen)
+	}
 }
 
 // serveEchoAgain starts a second Server of the echo service on the env's

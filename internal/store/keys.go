@@ -165,6 +165,22 @@ func (k Keyspace) RateKey(service, key string) string { return k.tag(service) + 
 // (wire.RouteRule).
 func (k Keyspace) Routes(service string) string { return k.tag(service) + ":routes" }
 
+// Upstreams is a forwarding service's table of upstreams (rpr egress,
+// rpr ingress): route name -> JSON route.
+func (k Keyspace) Upstreams(service string) string { return k.tag(service) + ":upstreams" }
+
+// UpstreamsVersion counts the changes of the service's upstream table, so
+// that readers notice one with a GET.
+func (k Keyspace) UpstreamsVersion(service string) string {
+	return k.tag(service) + ":upstreams:version"
+}
+
+// UpstreamsApplied records, per worker, the version of the upstream table
+// it forwards by: worker id -> version.
+func (k Keyspace) UpstreamsApplied(service string) string {
+	return k.tag(service) + ":upstreams:applied"
+}
+
 // RoutesChanged is the Pub/Sub channel on which a change of the service's
 // routing table is announced, so clients reload it at once.
 func (k Keyspace) RoutesChanged(service string) string { return k.tag(service) + ":routes:changed" }

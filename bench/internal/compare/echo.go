@@ -160,6 +160,18 @@ var grpcEchoDesc = grpc.ServiceDesc{
 	Metadata: "grpccompare",
 }
 
+// GRPCEchoMethod is the echo method's full gRPC name, for
+// grpc.ClientConn.Invoke: it takes a BytesValue and returns it.
+const GRPCEchoMethod = "/" + echoService + "/" + echoMethod
+
+// NewGRPCEchoServer returns a gRPC-go server of the echo service, for the
+// caller to serve on a listener of its own (an upstream behind a proxy).
+func NewGRPCEchoServer() *grpc.Server {
+	s := grpc.NewServer()
+	s.RegisterService(&grpcEchoDesc, struct{}{})
+	return s
+}
+
 // grpcEcho is a gRPC-go server on a loopback TCP port and a client of it.
 type grpcEcho struct{ *grpcLoopback }
 
@@ -195,6 +207,18 @@ type Result struct {
 	ProcessCPU    time.Duration // this process's user+system CPU; -1: not measured
 	RedisCPU      time.Duration // redis-server's (INFO cpu); -1: no Redis
 	RedisCommands int64         // commands Redis executed (INFO commandstats); -1: no Redis
+	// OtherCPU is the user+system CPU of each of the system's other
+	// processes (OtherProcesses), in their order; nil: none.
+	OtherCPU []time.Duration
+}
+
+// OtherProcesses is an Echoer whose system runs partly in processes of its
+// own besides redis-server (rpr ingress and egress, say): Measure reads
+// their CPU before and after the measured calls.
+type OtherProcesses interface {
+	// OtherCPU returns the user+system CPU each process has used so far,
+	// always in the same order.
+	OtherCPU() ([]time.Duration, error)
 }
 
 // CallsPerSecond is the throughput of the run.
@@ -249,11 +273,24 @@ func Measure(ctx context.Context, sys Echoer, payload []byte, concurrency, calls
 	if err != nil {
 		return Result{}, fmt.Errorf("INFO: %w", err)
 	}
+	others, hasOthers := sys.(OtherProcesses)
+	var othersBefore []time.Duration
+	if hasOthers {
+		if othersBefore, err = others.OtherCPU(); err != nil {
+			return Result{}, err
+		}
+	}
 	cpuBefore := ProcessCPU()
 	start := time.Now()
 	errs, firstErr := loop(calls, latencies)
 	elapsed := time.Since(start)
 	cpuAfter := ProcessCPU()
+	var othersAfter []time.Duration
+	if hasOthers {
+		if othersAfter, err = others.OtherCPU(); err != nil {
+			return Result{}, err
+		}
+	}
 	after, _, err := sys.RedisFigures(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("INFO: %w", err)
@@ -271,6 +308,9 @@ func Measure(ctx context.Context, sys Echoer, payload []byte, concurrency, calls
 	if hasRedis {
 		d := after.Sub(before)
 		r.RedisCPU, r.RedisCommands = d.CPU, d.Commands
+	}
+	for i := range min(len(othersBefore), len(othersAfter)) {
+		r.OtherCPU = append(r.OtherCPU, othersAfter[i]-othersBefore[i])
 	}
 	return r, nil
 }

@@ -2,7 +2,17 @@
 
 package compare
 
-import "os/exec"
+import (
+	"errors"
+	"os/exec"
+	"time"
+)
 
-// dieWithParent does nothing outside Linux: stop() ends the server.
-func dieWithParent(*exec.Cmd) {}
+// DieWithParent does nothing outside Linux: Stop ends the process.
+func DieWithParent(*exec.Cmd) {}
+
+// PidCPU needs /proc: outside Linux the CPU of other processes is not
+// measured.
+func PidCPU(int) (time.Duration, error) {
+	return 0, errors.New("the CPU of another process is read from /proc, which only Linux has")
+}

@@ -66,7 +66,7 @@ func startRedisOnce(bin, dir string) (*RedisServer, error) {
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
 		"--save", "", "--appendonly", "no", "--daemonize", "no")
-	dieWithParent(s.cmd)
+	DieWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,83 @@
+package upstream
+
+import (
+	"net"
+	"slices"
+	"strings"
+)
+
+// Table is one version of an upstream table, ready to match requests. It
+// never changes once built: a reader swaps in a new Table.
+type Table struct {
+	Kind    Kind
+	Version int64
+	routes  []*Route // most specific first
+	// Invalid holds the entries that could not be used, by name, with
+	// why: they match nothing, and the rest of the table still works.
+	Invalid map[string]error
+}
+
+// NewTable checks routes and builds a table of kind from the valid ones;
+// the others are in Invalid.
+func NewTable(kind Kind, version int64, routes []Route) *Table {
+	t := &Table{Kind: kind, Version: version, Invalid: map[string]error{}}
+	for i := range routes {
+		r := routes[i]
+		if err := r.Check(kind); err != nil {
+			t.Invalid[r.Name] = err
+			continue
+		}
+		t.routes = append(t.routes, &r)
+	}
+	slices.SortFunc(t.routes, func(a, b *Route) int {
+		if d := hostRank(b.Host) - hostRank(a.Host); d != 0 {
+			return d
+		}
+		if d := len(b.PathPrefix) - len(a.PathPrefix); d != 0 {
+			return d
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return t
+}
+
+// hostRank orders host patterns from the most specific: exact names, then
+// wildcards by length, then any host.
+func hostRank(host string) int {
+	switch {
+	case host == "":
+		return 0
+	case strings.HasPrefix(host, "*."):
+		return len(host)
+	}
+	return 1 << 20
+}
+
+// Routes returns the table's valid routes, most specific first.
+func (t *Table) Routes() []Route {
+	out := make([]Route, len(t.routes))
+	for i, r := range t.routes {
+		out[i] = *r
+	}
+	return out
+}
+
+// Match returns the route for a request to host (a Host header, port
+// allowed) and path: the one with the most specific host, then the
+// longest path prefix, then the first name.
+func (t *Table) Match(host, path string) (*Route, bool) {
+	if t == nil {
+		return nil, false
+	}
+	host = strings.ToLower(host)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(host, ".")
+	for _, r := range t.routes {
+		if r.matchesHost(host) && r.matchesPath(path) {
+			return r, true
+		}
+	}
+	return nil, false
+}
