@@ -163,6 +163,11 @@ func (ex *exchange) broke(err error, n int) error {
 // send matches in against the table, waits for a slot of the route's
 // upstream and sends the request, bounded by ctx's deadline.
 func (f *httpForwarder) send(ctx context.Context, in *tunnelv1.HTTPRequest) (*exchange, error) {
+	// Checked here, where the upstream is chosen, whatever the ingress
+	// did: anyone who can write to Redis can send a request.
+	if err := upstream.CheckPath(in.GetPath()); err != nil {
+		return nil, tunnel.Errorf(tunnel.InvalidArgument, "rpr egress: %v", err)
+	}
 	route, ok := f.opts.HTTPRoutes().Match(in.GetHost(), in.GetPath())
 	if !ok {
 		return nil, noRoute(in.GetHost(), in.GetPath())

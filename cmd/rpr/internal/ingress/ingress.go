@@ -91,6 +91,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.EscapedPath()
+	if err := upstream.CheckPath(path); err != nil {
+		httpError(w, "", http.StatusBadRequest, OutcomeNotExecuted, "rpr ingress: "+err.Error())
+		return
+	}
 	route, ok := h.opts.HTTPRoutes().Match(r.Host, path)
 	if !ok {
 		httpError(w, "", http.StatusNotFound, "", fmt.Sprintf("rpr ingress: no route takes host %q path %q (rpr upstreams ls; add one with rpr upstreams set NAME --path PREFIX --upstream URL)", r.Host, path))
