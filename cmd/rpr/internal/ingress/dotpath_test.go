@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
+	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
