@@ -24,6 +24,19 @@ type Receipt struct {
 	ProcessAt time.Time
 }
 
+// String formats r for logs: "request ID", then the idempotency key when
+// the caller chose one, then when it is due ("rpr trace ID" finds it).
+func (r Receipt) String() string {
+	s := "request " + r.RequestID
+	if r.IdempotencyKey != "" && r.IdempotencyKey != r.RequestID {
+		s += " (idempotency key " + r.IdempotencyKey + ")"
+	}
+	if !r.ProcessAt.IsZero() {
+		s += ", due " + r.ProcessAt.UTC().Format("2006-01-02T15:04:05.000Z")
+	}
+	return s
+}
+
 // DefaultAsyncRetryPolicy is how servers retry failed async requests when
 // neither the method's (rpr.v1.method).retry option nor the call says
 // otherwise: 8 attempts in all, 1s, 2s, 4s ... apart (±20%), at most 5
@@ -114,7 +127,10 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 		return Receipt{}, err
 	}
 	ctx, started := c.startCall(ctx, method, opts)
-	defer func() { started.end(err) }()
+	defer func() {
+		err = withCall(err, started.full, started.rid)
+		started.end(err)
+	}()
 	cfg, full, rid := &started.cfg, started.full, started.rid
 	receipt := Receipt{RequestID: rid, IdempotencyKey: cfg.idempotencyKey, ProcessAt: cfg.processAt}
 	if receipt.IdempotencyKey == "" {

@@ -309,7 +309,10 @@ func (c *Client) marshalRequest(s *callStart, req proto.Message) ([]byte, error)
 
 func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
 	ctx, started := c.startCall(ctx, method, opts)
-	defer func() { started.end(err) }()
+	defer func() {
+		err = withCall(err, started.full, started.rid)
+		started.end(err)
+	}()
 	cfg, full, rid := &started.cfg, started.full, started.rid
 
 	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))

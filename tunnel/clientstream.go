@@ -43,6 +43,7 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 	full, rid := started.full, started.rid
 	defer func() {
 		if err != nil {
+			err = withCall(err, full, rid)
 			started.end(err)
 		}
 	}()

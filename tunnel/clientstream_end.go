@@ -108,6 +108,9 @@ func (cs *clientStream) finish(status error, trailer Metadata, recvEnd error) bo
 		cs.mu.Unlock()
 		return false
 	}
+	if status != nil {
+		status = withCall(status, cs.full(), cs.id())
+	}
 	cs.ended, cs.status, cs.trailer = true, status, trailer
 	if !cs.headerSeen {
 		close(cs.headerC)

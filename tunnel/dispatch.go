@@ -344,7 +344,7 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 			if errors.As(err, &verr) {
 				code = FailedPrecondition
 			}
-			r.send(q, msg.ID, replyTo, errorResponse(id, Errorf(code, "[%s] %s: %v", id, q.name, err)))
+			r.send(q, msg.ID, replyTo, errorResponse(id, Errorf(code, "the server of %s could not read the request: %v", q.name, err)))
 		}
 		return nil
 	}
@@ -452,19 +452,19 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	fail := func(err error) (*wire.Response, error) { return errorResponse(env.ID, err), err }
 	if req.method == nil {
 		log.Warn("rpr: unknown method")
-		return fail(Errorf(Unimplemented, "[%s] unknown method %s: service %s has no such method on this server (deployed an older version?)", env.ID, env.Method, q.name))
+		return fail(Errorf(Unimplemented, "%s [%s]: unknown method: service %s has no such method on this server (deployed an older version?)", env.Method, env.ID, q.name))
 	}
 	if req.method.IsStreaming() != (env.Kind == wire.KindStream) {
 		log.Warn("rpr: call kind does not match the method", "streaming_method", req.method.IsStreaming())
-		return fail(Errorf(FailedPrecondition, "[%s] %s: the server has this method as streaming=%t but the client sent it as streaming=%t: build both sides from the same .proto", env.ID, env.Method, req.method.IsStreaming(), env.Kind == wire.KindStream))
+		return fail(Errorf(FailedPrecondition, "%s [%s]: the server has this method as streaming=%t but the client sent it as streaming=%t: build both sides from the same .proto", env.Method, env.ID, req.method.IsStreaming(), env.Kind == wire.KindStream))
 	}
 	if req.method.Async != (env.Kind == wire.KindAsync) {
 		log.Warn("rpr: call kind does not match the method", "async_method", req.method.Async)
-		return fail(Errorf(FailedPrecondition, "[%s] %s: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.ID, env.Method, req.method.Async, env.Kind == wire.KindAsync))
+		return fail(Errorf(FailedPrecondition, "%s [%s]: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.Method, env.ID, req.method.Async, env.Kind == wire.KindAsync))
 	}
 	if len(env.Payload) > s.opts.MaxRequestBytes {
 		log.Warn("rpr: request over the size limit", "bytes", len(env.Payload), "limit", s.opts.MaxRequestBytes)
-		return fail(Errorf(ResourceExhausted, "[%s] %s: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.ID, env.Method, len(env.Payload), s.opts.MaxRequestBytes))
+		return fail(Errorf(ResourceExhausted, "%s [%s]: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.Method, env.ID, len(env.Payload), s.opts.MaxRequestBytes))
 	}
 
 	info := &handlerInfo{header: env.Header, id: env.ID, attempt: env.Attempt}
@@ -482,10 +482,10 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	if err == nil {
 		resp.Payload, err = proto.Marshal(reply)
 		if err != nil {
-			err = Errorf(Internal, "[%s] %s: marshal response: %v", env.ID, env.Method, err)
+			err = Errorf(Internal, "%s [%s]: marshal response: %v", env.Method, env.ID, err)
 		} else if len(resp.Payload) > s.opts.MaxResponseBytes {
 			log.Error("rpr: response over the size limit", "bytes", len(resp.Payload), "limit", s.opts.MaxResponseBytes)
-			err = Errorf(ResourceExhausted, "[%s] %s: response is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.ID, env.Method, len(resp.Payload), s.opts.MaxResponseBytes)
+			err = Errorf(ResourceExhausted, "%s [%s]: response is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.Method, env.ID, len(resp.Payload), s.opts.MaxResponseBytes)
 		}
 	}
 	if err != nil {
@@ -501,19 +501,19 @@ func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc,
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
-			reply, err = nil, Errorf(Internal, "[%s] %s: handler panicked: %v", env.ID, env.Method, p)
+			reply, err = nil, Errorf(Internal, "%s [%s]: handler panicked: %v", env.Method, env.ID, p)
 		}
 	}()
 	decode := func(m proto.Message) error {
 		if err := proto.Unmarshal(env.Payload, m); err != nil {
 			log.Warn("rpr: request payload does not decode", "error", err)
-			return Errorf(InvalidArgument, "[%s] %s: request payload is not a valid %s: %v", env.ID, env.Method, m.ProtoReflect().Descriptor().FullName(), err)
+			return Errorf(InvalidArgument, "%s [%s]: request payload is not a valid %s: %v", env.Method, env.ID, m.ProtoReflect().Descriptor().FullName(), err)
 		}
 		return nil
 	}
 	reply, err = method.Handler(q.impl, ctx, decode, r.server.interceptor)
 	if err == nil && !method.Async && (reply == nil || !reply.ProtoReflect().IsValid()) {
-		err = Errorf(Internal, "[%s] %s: handler returned neither a reply nor an error", env.ID, env.Method)
+		err = Errorf(Internal, "%s [%s]: handler returned neither a reply nor an error", env.Method, env.ID)
 	}
 	return reply, err
 }

@@ -37,7 +37,14 @@
 // SetTrailer); interceptors wrap calls on both sides; circuit breakers,
 // rate limits, backlog caps and lanes protect both sides; OpenTelemetry
 // spans and metrics are recorded through the providers in the options
-// (this package uses only the OpenTelemetry API).
+// (this package uses only the OpenTelemetry API). Logs go to the
+// slog.Logger of ClientOptions.Logger and ServerOptions.Logger; go-redis's
+// own lines (failed dials, Sentinel and Cluster changes) join them when
+// the program installs NewRedisLogger with redis.SetLogger.
+//
+// A failed call's error reads "rpr: CODE: pkg.Service/Method [request id]:
+// what happened", whichever side made it; Error.Message is the text alone,
+// as the handler wrote it.
 //
 // Generated code talks to this package through a small, versioned
 // contract: ClientConn (which *Client implements, so a test can pass a

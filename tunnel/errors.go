@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -21,6 +22,9 @@ type Error struct {
 	notExecuted bool
 	// local: made by this client before any server answered.
 	local bool
+	// call names the call, "pkg.Service/Method [request id]", on the
+	// calling side: Error puts it before a message that lacks it.
+	call string
 }
 
 // notExecutedf returns a client-side error for a request that provably was
@@ -60,8 +64,29 @@ func (e *Error) Code() Code { return e.code }
 // Message returns the message without the code.
 func (e *Error) Message() string { return e.message }
 
-// Error formats the status as "rpr: CODE: message".
-func (e *Error) Error() string { return "rpr: " + e.code.String() + ": " + e.message }
+// Error formats the status as "rpr: CODE: pkg.Service/Method [request id]:
+// message" on the calling side, so that every error a Client returns
+// names its call; a handler's own errors, before they are sent, read
+// "rpr: CODE: message". Message returns the message alone.
+func (e *Error) Error() string {
+	if e.call != "" && !strings.HasPrefix(e.message, e.call) {
+		return "rpr: " + e.code.String() + ": " + e.call + ": " + e.message
+	}
+	return "rpr: " + e.code.String() + ": " + e.message
+}
+
+// withCall returns err naming the call full [rid] when err is an *Error
+// that does not name one yet. The *Error is copied, never changed: the
+// same value may be returned to several calls.
+func withCall(err error, full, rid string) error {
+	e, ok := err.(*Error)
+	if !ok || e.call != "" {
+		return err
+	}
+	out := *e
+	out.call = full + " [" + rid + "]"
+	return &out
+}
 
 // Unwrap returns the error NewError wrapped, if any.
 func (e *Error) Unwrap() error { return e.cause }

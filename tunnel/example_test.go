@@ -90,3 +90,15 @@ func ExampleRedactURL() {
 	fmt.Println(tunnel.RedactURL("rediss://app:s3cret@10.0.0.5:6380/0"))
 	// Output: rediss://app:****@10.0.0.5:6380/0
 }
+
+// A Receipt prints as what an operator needs to find the request later
+// (rpr trace takes the id or the key).
+func ExampleReceipt_String() {
+	r := tunnel.Receipt{
+		RequestID:      "20261201-ORD1-1796126901737-S7DP6569AF",
+		IdempotencyKey: "order-42",
+		ProcessAt:      time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC),
+	}
+	fmt.Println(r)
+	// Output: request 20261201-ORD1-1796126901737-S7DP6569AF (idempotency key order-42), due 2026-12-01T12:00:00.000Z
+}

@@ -101,10 +101,10 @@ func (ss *serverStream) SendMsg(m proto.Message) error {
 	env, s := ss.req.env, ss.run.server
 	payload, err := proto.Marshal(m)
 	if err != nil {
-		return Errorf(Internal, "[%s] %s: marshal stream message: %v", env.ID, env.Method, err)
+		return Errorf(Internal, "%s [%s]: marshal stream message: %v", env.Method, env.ID, err)
 	}
 	if len(payload) > s.opts.MaxResponseBytes {
-		return Errorf(ResourceExhausted, "[%s] %s: stream message is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.ID, env.Method, len(payload), s.opts.MaxResponseBytes)
+		return Errorf(ResourceExhausted, "%s [%s]: stream message is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.Method, env.ID, len(payload), s.opts.MaxResponseBytes)
 	}
 	if err := ss.flushHeader(false); err != nil {
 		return err
@@ -135,10 +135,10 @@ func (ss *serverStream) RecvMsg(m proto.Message) error {
 	}
 	ss.run.metrics.streamMessage(ss.ctx, env.Method, "received")
 	if len(payload) > s.opts.MaxRequestBytes {
-		return Errorf(ResourceExhausted, "[%s] %s: stream message is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.ID, env.Method, len(payload), s.opts.MaxRequestBytes)
+		return Errorf(ResourceExhausted, "%s [%s]: stream message is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.Method, env.ID, len(payload), s.opts.MaxRequestBytes)
 	}
 	if err := proto.Unmarshal(payload, m); err != nil {
-		return Errorf(InvalidArgument, "[%s] %s: stream message is not a valid %s: %v", env.ID, env.Method, m.ProtoReflect().Descriptor().FullName(), err)
+		return Errorf(InvalidArgument, "%s [%s]: stream message is not a valid %s: %v", env.Method, env.ID, m.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return nil
 }
@@ -162,7 +162,7 @@ func (ss *serverStream) queueFrame(f *wire.Frame) error {
 	f.Version, f.ID = wire.StreamVersion, ss.req.env.ID
 	raw, err := wire.EncodeFrame(f)
 	if err != nil {
-		return Errorf(Internal, "[%s] %s: %v", f.ID, ss.req.env.Method, err)
+		return Errorf(Internal, "%s [%s]: %v", ss.req.env.Method, f.ID, err)
 	}
 	return ss.sender.send(raw)
 }
@@ -204,12 +204,12 @@ func (r *serveRun) startStream(q *queue, req *received) {
 	s, env := r.server, req.env
 	log := s.requestLog(env)
 	if !req.method.ClientStreams && (env.Messages != 1 || !env.Closed) {
-		r.endStream(q, req, refusedResponse(env.ID, Errorf(InvalidArgument, "[%s] %s is server-streaming: its open must carry its one request and close the caller's side (send one message, then CloseSend)", env.ID, env.Method)), nil, log)
+		r.endStream(q, req, refusedResponse(env.ID, Errorf(InvalidArgument, "%s [%s]: the method is server-streaming: its open must carry its one request and close the caller's side (send one message, then CloseSend)", env.Method, env.ID)), nil, log)
 		return
 	}
 	if !r.streams.add(env.ID, nil, s.opts.MaxStreams) {
 		log.Warn("rpr: refusing a stream: this server has ServerOptions.MaxStreams open", "max_streams", s.opts.MaxStreams)
-		r.endStream(q, req, refusedResponse(env.ID, Errorf(ResourceExhausted, "[%s] %s: the server runs %d streams already (ServerOptions.MaxStreams); retry later or add servers", env.ID, env.Method, s.opts.MaxStreams)), nil, log)
+		r.endStream(q, req, refusedResponse(env.ID, Errorf(ResourceExhausted, "%s [%s]: the server runs %d streams already (ServerOptions.MaxStreams); retry later or add servers", env.Method, env.ID, s.opts.MaxStreams)), nil, log)
 		return
 	}
 	base := context.Background()
@@ -279,7 +279,7 @@ func (r *serveRun) serveStream(ss *serverStream, log *requestLogger) {
 		err = ss.ctxError(ss.ctx.Err())
 	}
 	if errors.Is(context.Cause(ss.ctx), errServerStopping) {
-		err = Errorf(Unavailable, "[%s] %s: the server is shutting down; open the stream again", env.ID, env.Method)
+		err = Errorf(Unavailable, "%s [%s]: the server is shutting down; open the stream again", env.Method, env.ID)
 	}
 	// The stream's messages first, then its end.
 	drainCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -313,7 +313,7 @@ func (r *serveRun) runStreamHandler(ss *serverStream, log *requestLogger) (err e
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("rpr: stream handler panicked", "panic", p, "stack", string(debug.Stack()))
-			err = Errorf(Internal, "[%s] %s: handler panicked: %v", env.ID, env.Method, p)
+			err = Errorf(Internal, "%s [%s]: handler panicked: %v", env.Method, env.ID, p)
 		}
 	}()
 	if interceptor := r.server.streamInterceptor; interceptor != nil {

@@ -320,3 +320,34 @@ func TestTooSmallPoolIsRefusedWithTheFix(t *testing.T) {
 		t.Fatalf("Invoke = %v, want RESOURCE_EXHAUSTED naming pool_size", err)
 	}
 }
+
+// TestEveryErrorNamesItsCall checks the one format of a failed call's
+// error: "rpr: CODE: pkg.Service/Method [request id]: what happened",
+// whoever made it (the handler, the server, the client), while Message
+// keeps the handler's own text.
+func TestEveryErrorNamesItsCall(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		method string
+		ctx    context.Context
+		code   tunnel.Code
+	}{
+		{"Fail", context.Background(), tunnel.NotFound},              // the handler's error
+		{"NoSuchMethod", context.Background(), tunnel.Unimplemented}, // the server's
+		{"Echo", cancelled, tunnel.Canceled},                         // the client's
+	}
+	for _, c := range cases {
+		var id string
+		_, err := e.call(c.ctx, c.method, "42", tunnel.CaptureRequestID(&id))
+		want := "rpr: " + c.code.String() + ": " + echoService + "/" + c.method + " [" + id + "]: "
+		if tunnel.CodeOf(err) != c.code || !strings.HasPrefix(err.Error(), want) || strings.Count(err.Error(), id) != 1 {
+			t.Errorf("%s: error %q, want %s once at its start", c.method, err, want)
+		}
+	}
+	_, err := e.call(context.Background(), "Fail", "42")
+	if te, ok := tunnel.AsError(err); !ok || te.Message() != `order "42" not found` {
+		t.Errorf("Message() = %q, want the handler's own text", te.Message())
+	}
+}

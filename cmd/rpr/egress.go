@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/egress"
@@ -129,6 +130,8 @@ func parseRouteFlags(flags []string, lane string) ([]kindRoute, error) {
 func runEgress(cmd *cobra.Command, rf redisFlags, cfg egressConfig) error {
 	ctx := cmd.Context()
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	// A long-running process: go-redis's own lines join its structured log.
+	redis.SetLogger(tunnel.NewRedisLogger(log))
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rdb, err := rf.open(openCtx)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/ingress"
@@ -91,6 +92,8 @@ type ingressConfig struct {
 func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 	ctx := cmd.Context()
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	// A long-running process: go-redis's own lines join its structured log.
+	redis.SetLogger(tunnel.NewRedisLogger(log))
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rdb, err := rf.open(openCtx)

@@ -61,8 +61,10 @@ Start with "rpr demo".`,
 }
 
 // redisLog sends go-redis's own log lines (reconnects, a Sentinel's new
-// master) to slog at debug level, so that they do not interleave with the
-// command's output.
+// master) to slog at debug level, so that they do not interleave with a
+// short command's output: the command reports a failure itself.
+// Long-running commands (rpr egress, rpr ingress) install
+// tunnel.RedisLogger instead.
 type redisLog struct{}
 
 func (redisLog) Printf(ctx context.Context, format string, v ...any) {

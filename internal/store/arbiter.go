@@ -15,7 +15,8 @@ import (
 // worker is deleted, so it never runs, and marked; a delivered one
 // (pending) may be running, so it is marked (a worker that has not begun
 // it yet skips it) and, if the caller cancelled, the servers are told so
-// its handler is cancelled; no entry at all means it finished. Without an
+// its handler is cancelled; no entry at all means it finished. A stream
+// without its consumer group counts as delivered to nobody. Without an
 // entry id (the send's reply was lost) nothing can be proved.
 //
 //	KEYS[1] state hash   KEYS[2] request stream
@@ -39,7 +40,10 @@ if state then
   return {0, state}
 end
 if entry == '' then return {0, 'UNKNOWN'} end
-if #redis.call('XPENDING', stream, ARGV[6], entry, entry, 1) > 0 then
+-- No consumer group (Redis lost it, or no server ever started on this
+-- lane) means no worker can have read the entry.
+local pending = redis.pcall('XPENDING', stream, ARGV[6], entry, entry, 1)
+if type(pending) == 'table' and not pending.err and #pending > 0 then
   redis.call('HSET', st, 'state', mark)
   stamp()
   if mark == 'CANCELLED' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end

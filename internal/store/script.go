@@ -88,18 +88,22 @@ func (c *Call) Recover(ctx context.Context, rdb redis.Scripter) {
 	}
 }
 
-// Err returns the error of the call's run, if any.
+// Err returns the error of the call's run, if any, naming the script; an
+// error Redis raised inside the script is a *ScriptError.
 func (c *Call) Err() error {
 	if c.cmd == nil {
 		return fmt.Errorf("script %s was not run", c.script.name)
 	}
-	return c.cmd.Err()
+	if err := c.cmd.Err(); err != nil {
+		return newScriptError(c.script.name, err)
+	}
+	return nil
 }
 
-// reply returns the call's reply, with the script's name on its error.
+// reply returns the call's reply, or its error (see Err).
 func (c *Call) reply() (any, error) {
 	if err := c.Err(); err != nil {
-		return nil, fmt.Errorf("script %s: %w", c.script.name, err)
+		return nil, err
 	}
 	return c.cmd.Val(), nil
 }

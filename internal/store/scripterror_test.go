@@ -1,0 +1,68 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/redistest"
+	"github.com/rprtunnel/rpr/internal/wire"
+)
+
+// TestScriptErrorsHideLua checks that an error Redis raises inside a
+// script reaches the caller as a *ScriptError naming the script and what
+// to do, without Lua's internals (the script's SHA, "@user_script:N").
+func TestScriptErrorsHideLua(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	shard := NewKeyspace(DefaultPrefix).Shard("test.v1.Errors", 0)
+	// Something other than rpr wrote a string where a state hash goes.
+	if err := rdb.Set(ctx, shard.State("r1"), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := NewArbiter(shard, shard.Requests(""), "cancels", "r1", "1-1", wire.StateTimeout, time.Second)
+	Run(ctx, rdb, &a.Call)
+	_, _, err := a.Result()
+	var se *ScriptError
+	if !errors.As(err, &se) || se.Script != "arbiter" || se.Code != "WRONGTYPE" {
+		t.Fatalf("error = %v (%T), want a *ScriptError of the arbiter with code WRONGTYPE", err, err)
+	}
+	if strings.Contains(err.Error(), "@user_script") || luaLocation.MatchString(err.Error()) || regexp.MustCompile(`[0-9a-f]{40}`).MatchString(err.Error()) {
+		t.Errorf("error %q shows Lua's internals (a script SHA or line)", err)
+	}
+	if !strings.Contains(err.Error(), "prefix of its own") {
+		t.Errorf("error %q does not say what to do", err)
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		t.Errorf("error %q does not unwrap to Redis's own error", err)
+	}
+}
+
+// TestArbiterWithoutConsumerGroup checks that a request stream whose
+// consumer group is gone (Redis lost it) is settled, not an error: no
+// worker can have read the entry, so the caller's mark wins.
+func TestArbiterWithoutConsumerGroup(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	shard := NewKeyspace(DefaultPrefix).Shard("test.v1.NoGroup", 0)
+	stream := shard.Requests("")
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{wire.Field, "x"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewArbiter(shard, stream, "cancels", "r1", id, wire.StateTimeout, time.Second)
+	Run(ctx, rdb, &a.Call)
+	won, found, err := a.Result()
+	if err != nil || !won || found != wire.StateTimeout {
+		t.Fatalf("Result = %v, %q, %v; want the mark to win", won, found, err)
+	}
+	if n := rdb.XLen(ctx, stream).Val(); n != 0 {
+		t.Errorf("the request is still queued (%d entries): it could run after its caller gave up", n)
+	}
+}
