@@ -24,8 +24,9 @@ const (
 	tunnelPackage  = protogen.GoImportPath("github.com/rprtunnel/rpr/tunnel")
 )
 
-// generate is the plugin: it checks every service of the files to generate
-// and, when all are fine, writes one _rpr.pb.go per file with services. When
+// generate is the plugin: it checks that rpr/v1/options.proto is its own
+// (checkOptionsProto) and every service of the files to generate and, when
+// all are fine, writes one _rpr.pb.go per file with services. When
 // something is wrong it writes nothing and returns every problem found.
 func generate(gen *protogen.Plugin) error {
 	// The plugin reads only services, methods, their options and comments,
@@ -36,6 +37,9 @@ func generate(gen *protogen.Plugin) error {
 	gen.SupportedEditionsMaximum = descriptorpb.Edition_EDITION_2024
 
 	var errs []error
+	if err := checkOptionsProto(gen); err != nil {
+		errs = append(errs, err)
+	}
 	services := map[*protogen.File][]*service{}
 	for _, f := range gen.Files {
 		if !f.Generate {
