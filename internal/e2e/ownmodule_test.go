@@ -22,8 +22,9 @@ package e2e
 // versions tools/go.mod selects for buf's dependencies, which are the ones
 // the cache holds). Then it checks that only the user's files were
 // generated, that a stale options.proto is refused, builds and vets the
-// server and the client, makes calls through Redis and stops the server
-// with SIGTERM, which must exit 0.
+// server and the client, checks that the schema the server publishes
+// carries the .proto's comments (for rpr describe), makes calls through
+// Redis and stops the server with SIGTERM, which must exit 0.
 //
 // It skips only when the module cache lacks buf or protoc-gen-go and they
 // cannot be downloaded. What it costs is builds: buf in the new module
@@ -348,6 +349,7 @@ func TestOwnModule(t *testing.T) {
 	})
 	waitServing(ctx, t, rs.URL(), srvDone)
 	step("server serving %s", ownModuleService)
+	checkComments(ctx, t, rs.URL(), block("file proto/acme/orders/v1/orders.proto").body)
 
 	call := func(want string, args ...string) {
 		t.Helper()
@@ -401,6 +403,25 @@ func waitServing(ctx context.Context, t *testing.T, url string, exited <-chan er
 			t.Fatal(ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// checkComments checks that the schema the server published carries the
+// comment of the service in the tutorial's .proto file, for rpr describe.
+func checkComments(ctx context.Context, t *testing.T, url, protoSource string) {
+	t.Helper()
+	rdb, err := tunnel.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	sd, err := admin.New(rdb, admin.Options{}).Service(ownModuleService).Schema(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := sd.ParentFile().SourceLocations().ByDescriptor(sd).LeadingComments
+	if got == "" || !strings.Contains(protoSource, "//"+strings.TrimSuffix(got, "\n")+"\n") {
+		t.Errorf("the published schema gives %s the comment %q, not the one in the README's .proto", ownModuleService, got)
 	}
 }
 
