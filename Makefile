@@ -5,6 +5,7 @@
 #                   module on its own, go test -race every module
 #   make lint       gofmt check, go vet, staticcheck, buf lint
 #   make generate   regenerate gen/ from proto/ (buf + protoc-gen-go + protoc-gen-rpr)
+#                   and protoc-gen-rpr's embedded copy of rpr/v1/options.proto
 #   make bench      go benchmarks of tunnel/ and internal/oteltest/
 #   make demo       the two-network demo (go run ./cmd/rpr demo)
 #
@@ -63,7 +64,10 @@ staticcheck:
 buf-lint:
 	$(BUF) lint
 
+# protoc-gen-rpr embeds a copy of proto/rpr/v1/options.proto (for
+# --export-proto); go generate refreshes it.
 generate:
+	$(GO) generate ./protoc-gen-rpr
 	$(BUF) generate
 
 # gen/ is committed; CI regenerates it and fails if anything changed.

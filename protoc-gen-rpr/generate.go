@@ -24,8 +24,9 @@ const (
 	tunnelPackage  = protogen.GoImportPath("github.com/rprtunnel/rpr/tunnel")
 )
 
-// generate is the plugin: it checks every service of the files to generate
-// and, when all are fine, writes one _rpr.pb.go per file with services. When
+// generate is the plugin: it checks that rpr/v1/options.proto is its own
+// (checkOptionsProto) and every service of the files to generate and, when
+// all are fine, writes one _rpr.pb.go per file with services. When
 // something is wrong it writes nothing and returns every problem found.
 func generate(gen *protogen.Plugin) error {
 	// The plugin reads only services, methods, their options and comments,
@@ -36,6 +37,9 @@ func generate(gen *protogen.Plugin) error {
 	gen.SupportedEditionsMaximum = descriptorpb.Edition_EDITION_2024
 
 	var errs []error
+	if err := checkOptionsProto(gen); err != nil {
+		errs = append(errs, err)
+	}
 	services := map[*protogen.File][]*service{}
 	for _, f := range gen.Files {
 		if !f.Generate {
@@ -74,17 +78,19 @@ func generateFile(gen *protogen.Plugin, file *protogen.File, services []*service
 	g.P()
 	g.P("package ", file.GoPackageName)
 	g.P()
-	g.P("// This file is written for version 3 of the contract between generated")
-	g.P("// code and github.com/rprtunnel/rpr/tunnel, the version with streaming")
-	g.P("// methods. If the line below fails to compile, your tunnel package is")
-	g.P("// older than this file: upgrade rpr with `go get")
+	g.P("// This file is written for version 4 of the contract between generated")
+	g.P("// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto")
+	g.P("// comments (ServiceDesc.SourceInfo). If the line below fails to compile,")
+	g.P("// your tunnel package is older than this file: upgrade rpr with `go get")
 	g.P("// github.com/rprtunnel/rpr@latest`, or regenerate this file with the")
 	g.P("// protoc-gen-rpr of the rpr release you depend on (`go tool")
 	g.P("// protoc-gen-rpr` once rpr is a tool of your module).")
-	g.P("const _ = ", tunnelPackage.Ident("SupportPackageIsVersion3"))
+	g.P("const _ = ", tunnelPackage.Ident("SupportPackageIsVersion4"))
+	g.P()
+	withComments := genSourceInfo(gen, g, file)
 	for _, s := range services {
 		g.P()
-		genService(g, file, s)
+		genService(g, file, s, withComments)
 	}
 }
 
@@ -104,14 +110,14 @@ func protocVersion(gen *protogen.Plugin) string {
 
 // genService writes everything generated for one service, in the order a
 // reader looks for it: names, client, server, descriptor.
-func genService(g *protogen.GeneratedFile, file *protogen.File, s *service) {
+func genService(g *protogen.GeneratedFile, file *protogen.File, s *service, withComments bool) {
 	genMethodNameConsts(g, s)
 	genClient(g, s)
 	genServer(g, s)
 	genRegister(g, file, s)
 	genHandlers(g, s)
 	genServiceInfo(g, s)
-	genServiceDesc(g, file, s)
+	genServiceDesc(g, file, s, withComments)
 }
 
 func genMethodNameConsts(g *protogen.GeneratedFile, s *service) {
@@ -394,7 +400,7 @@ func genServiceInfo(g *protogen.GeneratedFile, s *service) {
 	g.P()
 }
 
-func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) {
+func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service, withComments bool) {
 	n := s.names
 	writeDoc(g,
 		paragraph("%s is the tunnel.ServiceDesc of the %s service, with each method's defaults from the .proto options. It is meant to be passed around (as %s and the client do), not changed.",
@@ -436,6 +442,9 @@ func genServiceDesc(g *protogen.GeneratedFile, file *protogen.File, s *service) 
 	}
 	g.P("},")
 	g.P("File: ", quote(file.Desc.Path()), ",")
+	if withComments {
+		g.P("SourceInfo: ", sourceInfoConst(file), ",")
+	}
 	g.P("}")
 }
 

@@ -30,15 +30,32 @@
 // malformed rpr options make the plugin fail with a message that names the
 // method or service and says what to change.
 //
-// Run it through buf (see buf.gen.yaml at the repository root):
+// In a module of your own, the plugin is a Go tool of the same module
+// version as the runtime, and the .proto file it reads options from is
+// exported from it (see the README's "Install"):
+//
+//	go get github.com/rprtunnel/rpr/tunnel@latest
+//	go get -tool github.com/rprtunnel/rpr/protoc-gen-rpr
+//	go tool protoc-gen-rpr --export-proto third_party/rpr-proto
+//
+// --export-proto DIR writes DIR/rpr/v1/options.proto; put DIR on the
+// include path (a module of the buf workspace, or protoc -I DIR) and
+// generate code only for your own files: the Go package of options.proto
+// is github.com/rprtunnel/rpr/gen/rpr/v1, in the runtime. The plugin
+// refuses to run against an rpr/v1/options.proto that differs from its
+// own, so an export left behind by an upgrade of rpr is caught at
+// generation.
+//
+// Run it through buf, as a local plugin:
 //
 //	plugins:
-//	  - local: [go, run, ./protoc-gen-rpr]
+//	  - local: [go, tool, protoc-gen-rpr]
 //	    out: gen
 //	    opt: paths=source_relative
 //
-// or through protoc with --rpr_out=. --rpr_opt=paths=source_relative. The
-// only options are protogen's own: paths=import|source_relative and
+// or through protoc with --plugin=protoc-gen-rpr=$(go tool -n
+// protoc-gen-rpr) --rpr_out=gen --rpr_opt=paths=source_relative. The only
+// options are protogen's own: paths=import|source_relative and
 // M<file>=<go import path>.
 package main
 
@@ -56,10 +73,14 @@ const version = "v0.1.0"
 
 func main() {
 	showVersion := flag.Bool("version", false, "print the version and exit")
+	exportDir := flag.String("export-proto", "", "write `DIR`/rpr/v1/options.proto, for your include path, and exit")
 	flag.Parse()
 	if *showVersion {
 		fmt.Fprintf(os.Stdout, "protoc-gen-rpr %s\n", version)
 		return
+	}
+	if *exportDir != "" {
+		os.Exit(runExport(*exportDir, flag.Args()))
 	}
 	protogen.Options{}.Run(generate)
 }

@@ -7,13 +7,19 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// SupportPackageIsVersion3 is referenced by code generated with
-// protoc-gen-rpr for version 3 of the contract between generated code and
-// this package, which adds streaming methods (ClientConn.NewStream,
-// MethodDesc.StreamHandler, the typed stream interfaces). Generated code
-// written for a version this package does not support names a constant it
-// does not have, so a mismatch fails at compile time, on a line whose
-// comment says to regenerate, instead of misbehaving at run time.
+// SupportPackageIsVersion4 is referenced by code generated with
+// protoc-gen-rpr for version 4 of the contract between generated code and
+// this package, which adds ServiceDesc.SourceInfo (the .proto comments
+// servers publish with the schema). Generated code written for a version
+// this package does not support names a constant it does not have, so a
+// mismatch fails at compile time, on a line whose comment says to
+// regenerate, instead of misbehaving at run time.
+const SupportPackageIsVersion4 = true
+
+// SupportPackageIsVersion3 is referenced by code generated for version 3
+// of the contract, which added streaming methods (ClientConn.NewStream,
+// MethodDesc.StreamHandler, the typed stream interfaces); this package
+// still supports it: version 4 only added to it.
 const SupportPackageIsVersion3 = true
 
 // SupportPackageIsVersion2 is referenced by code generated for version 2
@@ -120,6 +126,12 @@ type ServiceDesc struct {
 	// File is the path of the .proto file that defines the service, as
 	// protoc names it (e.g. "greeter/v1/greeter.proto").
 	File string
+	// SourceInfo is the wire encoding of a google.protobuf.SourceCodeInfo
+	// holding the comments of File's services, methods, messages, fields
+	// and enums, which protoc-gen-go leaves out of the descriptor it
+	// registers. Server adds it to the schema it publishes, so that rpr
+	// describe shows the comments. Empty when File has none.
+	SourceInfo string
 }
 
 // ServiceRegistrar is what generated Register functions register with; a

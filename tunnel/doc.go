@@ -49,7 +49,7 @@
 // Generated code talks to this package through a small, versioned
 // contract: ClientConn (which *Client implements, so a test can pass a
 // fake), ServiceInfo, ServiceDesc, MethodDesc, ServiceRegistrar and the
-// SupportPackageIsVersion2 constant. Operators' tools (listing services,
+// SupportPackageIsVersionN constants. Operators' tools (listing services,
 // queue figures, dead letters, routes, limits) are in package admin, and
 // the wire format is specified in rpr's internal/wire package.
 package tunnel

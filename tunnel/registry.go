@@ -9,6 +9,7 @@ package tunnel
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/redis/go-redis/v9"
@@ -56,14 +57,21 @@ func serviceFileSet(service string) (set *descriptorpb.FileDescriptorSet, ok boo
 }
 
 // serviceSchema returns the schema of service as servers publish it (the
-// deterministic encoding of serviceFileSet) and its version, both empty
-// when the program has no descriptor for it.
-func serviceSchema(service string, log *slog.Logger) ([]byte, string) {
+// deterministic encoding of serviceFileSet, with the comments of
+// sourceInfo added to file, the service's .proto file) and its version,
+// both empty when the program has no descriptor for it.
+func serviceSchema(service, file, sourceInfo string, log *slog.Logger) ([]byte, string) {
 	set, ok := serviceFileSet(service)
 	if !ok {
 		log.Debug("rpr: not publishing a schema: no descriptor for the service is linked into this program (hand-written ServiceDesc?); rpr call and rpr describe will not know it",
 			"service", service)
 		return nil, ""
+	}
+	if sourceInfo != "" {
+		if err := addSourceInfo(set, file, sourceInfo); err != nil {
+			log.Warn("rpr: publishing the schema without its .proto comments; regenerate the service's code with protoc-gen-go and protoc-gen-rpr together",
+				"service", service, "file", file, "error", err)
+		}
 	}
 	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(set)
 	if err != nil {
@@ -71,6 +79,28 @@ func serviceSchema(service string, log *slog.Logger) ([]byte, string) {
 		return nil, ""
 	}
 	return raw, wire.SchemaID(raw)
+}
+
+// addSourceInfo sets the SourceCodeInfo of file in set to sourceInfo (see
+// ServiceDesc.SourceInfo), unless that makes set invalid; then it leaves
+// set as it was and says why.
+func addSourceInfo(set *descriptorpb.FileDescriptorSet, file, sourceInfo string) error {
+	info := new(descriptorpb.SourceCodeInfo)
+	if err := proto.Unmarshal([]byte(sourceInfo), info); err != nil {
+		return fmt.Errorf("ServiceDesc.SourceInfo is not a SourceCodeInfo: %w", err)
+	}
+	for _, f := range set.File {
+		if f.GetName() != file {
+			continue
+		}
+		f.SourceCodeInfo = info
+		if _, err := protodesc.NewFiles(set); err != nil {
+			f.SourceCodeInfo = nil
+			return fmt.Errorf("ServiceDesc.SourceInfo does not fit %s: %w", file, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("the schema has no file %s, which ServiceDesc.File names", file)
 }
 
 // publishSchemas writes the schema of each of services into its schemas

@@ -133,3 +133,59 @@ func TestSchemaPublishedAndCalledDynamically(t *testing.T) {
 		t.Errorf("reply = %q, want %q", got, "Echo: hi")
 	}
 }
+
+// TestSchemaCarriesComments checks that a server publishes the .proto
+// comments of ServiceDesc.SourceInfo with the schema, and that comments
+// that do not fit the descriptor are left out, with a warning, rather than
+// making the schema unreadable.
+func TestSchemaCarriesComments(t *testing.T) {
+	if err := registerRegistryFile(); err != nil {
+		t.Fatal(err)
+	}
+	encode := func(locs ...*descriptorpb.SourceCodeInfo_Location) string {
+		raw, err := proto.Marshal(&descriptorpb.SourceCodeInfo{Location: locs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	publish := func(t *testing.T, sourceInfo string) (protoreflect.ServiceDescriptor, *env) {
+		e := newEnv(t, envConfig{noServe: true})
+		desc := registryDesc()
+		desc.SourceInfo = sourceInfo
+		e.server.RegisterService(desc, struct{}{})
+		e.serve()
+		sd, err := admin.New(e.rdb, admin.Options{}).Service(registryService).Schema(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sd, e
+	}
+	comment := func(d protoreflect.Descriptor) string {
+		return d.ParentFile().SourceLocations().ByDescriptor(d).LeadingComments
+	}
+
+	t.Run("published", func(t *testing.T) {
+		sd, _ := publish(t, encode(
+			&descriptorpb.SourceCodeInfo_Location{Path: []int32{6, 0}, Span: []int32{3, 0, 9, 1}, LeadingComments: proto.String(" Registry echoes.\n")},
+			&descriptorpb.SourceCodeInfo_Location{Path: []int32{6, 0, 2, 0}, Span: []int32{5, 2, 40}, LeadingComments: proto.String(" Echo answers.\n")},
+		))
+		if got := comment(sd); got != " Registry echoes.\n" {
+			t.Errorf("the service's comment in the published schema is %q", got)
+		}
+		if got := comment(sd.Methods().ByName("Echo")); got != " Echo answers.\n" {
+			t.Errorf("Echo's comment in the published schema is %q", got)
+		}
+	})
+	t.Run("not fitting", func(t *testing.T) {
+		sd, e := publish(t, encode(
+			&descriptorpb.SourceCodeInfo_Location{Path: []int32{6, 0}, Span: []int32{3}, LeadingComments: proto.String(" a bad span\n")},
+		))
+		if got := comment(sd); got != "" {
+			t.Errorf("the service's comment in the published schema is %q, want none", got)
+		}
+		if lines := e.logs.Lines("without its .proto comments"); len(lines) != 1 || !strings.Contains(lines[0], registryService) {
+			t.Errorf("want one warning about the comments of %s, got %q", registryService, lines)
+		}
+	})
+}

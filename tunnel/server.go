@@ -324,7 +324,7 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 		svc.methodNames = append(svc.methodNames, m.Name)
 	}
 	slices.Sort(svc.methodNames)
-	svc.schema, svc.schemaID = serviceSchema(name, s.log)
+	svc.schema, svc.schemaID = serviceSchema(name, desc.File, desc.SourceInfo, s.log)
 	s.services[name] = svc
 }
 

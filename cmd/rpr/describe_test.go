@@ -22,12 +22,15 @@ func TestDescribe(t *testing.T) {
 		t.Fatalf("describe: exit %d, stderr %q", res.code, res.stderr)
 	}
 	for _, want := range []string{
-		"service examples.greeter.v1.Greeter {\n",
+		// The .proto comments, which the servers publish with the schema.
+		"// Greeter answers greetings across the tunnel.\nservice examples.greeter.v1.Greeter {\n",
+		"  // SayHello returns a greeting for the given name. An empty name is\n  // refused with INVALID_ARGUMENT.\n  rpc SayHello(",
+		"// SayHelloRequest names who to greet.\nmessage examples.greeter.v1.SayHelloRequest {\n",
+		"  string name = 1;\n  // Milliseconds the server waits before answering.\n  uint32 delay_ms = 2;\n",
 		`  option (rpr.v1.service) = {biz_code: "GRT1"};`,
 		"  rpc SayHello(examples.greeter.v1.SayHelloRequest) returns (examples.greeter.v1.SayHelloResponse) {\n    option (rpr.v1.method) = {timeout: {seconds: 5}};\n  }\n",
 		"  rpc SlowHello(examples.greeter.v1.SlowHelloRequest) returns (examples.greeter.v1.SlowHelloResponse) {",
 		"message examples.greeter.v1.SayHelloRequest {\n  string name = 1;\n}\n",
-		"message examples.greeter.v1.SlowHelloRequest {\n  string name = 1;\n  uint32 delay_ms = 2;\n}\n",
 		"message examples.greeter.v1.SlowHelloResponse {\n  string message = 1;\n}\n",
 		"  rpc Countdown(examples.greeter.v1.CountdownRequest) returns (stream examples.greeter.v1.CountdownResponse);\n",
 		"  rpc Chat(stream examples.greeter.v1.ChatRequest) returns (stream examples.greeter.v1.ChatResponse);\n",
@@ -38,7 +41,7 @@ func TestDescribe(t *testing.T) {
 	}
 
 	res = runCLI(t, "", "describe", "--redis", rs.URL(), greeterService+"/SayHello")
-	if res.code != 0 || !strings.Contains(res.stdout, "rpc SayHello(") || strings.Contains(res.stdout, "SlowHello") ||
+	if res.code != 0 || !strings.Contains(res.stdout, "// SayHello returns a greeting") || strings.Contains(res.stdout, "SlowHello") ||
 		!strings.Contains(res.stdout, "message examples.greeter.v1.SayHelloResponse {") {
 		t.Errorf("describe method: exit %d, stdout %q", res.code, res.stdout)
 	}
@@ -102,6 +105,10 @@ file: {
       options: {idempotency_level: NO_SIDE_EFFECTS}
     }
   }
+  source_code_info: {
+    location: {path: [4, 0, 8, 0] span: [20, 2, 25, 3] leading_comments: " How it is paid.\n\n Cards or cash.\n"}
+    location: {path: [5, 0, 2, 1] span: [30, 2, 20] trailing_comments: " open for changes \n"}
+  }
 }`
 	set := new(descriptorpb.FileDescriptorSet)
 	if err := prototext.Unmarshal([]byte(src), set); err != nil {
@@ -133,6 +140,9 @@ message rprtest.shapes.v1.Order {
   rprtest.shapes.v1.Status status = 5;
   google.protobuf.Duration ttl = 6;
   optional string note = 7;
+  // How it is paid.
+  //
+  // Cards or cash.
   oneof payment {
     string card = 8;
     bool cash = 9 [deprecated = true];
@@ -147,6 +157,7 @@ message rprtest.shapes.v1.Order.Line {
 
 enum rprtest.shapes.v1.Status {
   STATUS_UNSPECIFIED = 0;
+  // open for changes
   STATUS_OPEN = 1;
 }
 `

@@ -154,7 +154,9 @@
 // the RouteTable in {S}:routes and count it against every LimitRule in
 // {S}:limits that applies to it (one script run on Redis's clock). Servers
 // publish their service's schema, a FileDescriptorSet of the file that
-// defines it and everything it imports, into the hash {S}:schemas under
+// defines it and everything it imports (the defining file with its
+// comments as source_code_info, when the generated code carries them),
+// into the hash {S}:schemas under
 // its SchemaID, which their Worker record names with the methods they
 // serve (and, for tools of earlier releases, at {S}:schema). Each beat
 // keeps {S}:workers and {S}:schemas for Retention and says whether the

@@ -16,14 +16,35 @@ import (
 	time "time"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_examples_greeter_v1_greeter_proto_rprSourceInfo is the wire encoding of
+// a google.protobuf.SourceCodeInfo with the comments of
+// examples/greeter/v1/greeter.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_examples_greeter_v1_greeter_proto_rprSourceInfo = "" +
+	"\n:\n\x02\x06\x00\x12\x04\v\x00%\x01\x1a. Greeter answers greetings across the tunnel.\n" +
+	"\np\n\x04\x06\x00\x02\x00\x12\x04\x10\x02\x14\x03\x1ab SayHello returns a greeting for the given name. An empty name is\n refused with INVALID_ARGUMENT.\n" +
+	"\nf\n\x04\x06\x00\x02\x01\x12\x04\x18\x02\x1c\x03\x1aX SlowHello waits for the requested delay before answering; it shows\n deadlines at work.\n" +
+	"\n\x8b\x01\n\x04\x06\x00\x02\x02\x12\x03 \x02E\x1a~ Countdown counts down from the given number to 1, one reply per\n count, interval_ms apart (100 by default): a server stream.\n" +
+	"\n{\n\x04\x06\x00\x02\x03\x12\x03$\x02=\x1an Chat answers each message it gets, as it gets it, until the caller\n closes its side: a bidirectional stream.\n" +
+	"\n1\n\x02\x04\x00\x12\x04(\x00*\x01\x1a% SayHelloRequest names who to greet.\n" +
+	"\n4\n\x02\x04\x01\x12\x04-\x00/\x01\x1a( SayHelloResponse carries the greeting.\n" +
+	"\nG\n\x02\x04\x02\x12\x042\x006\x01\x1a; SlowHelloRequest names who to greet and how long to take.\n" +
+	"\n>\n\x04\x04\x02\x02\x01\x12\x035\x02\x16\x1a1 Milliseconds the server waits before answering.\n" +
+	"\n5\n\x02\x04\x03\x12\x049\x00;\x01\x1a) SlowHelloResponse carries the greeting.\n" +
+	"\n=\n\x02\x04\x04\x12\x04>\x00B\x01\x1a1 CountdownRequest says where to count down from.\n" +
+	"\n=\n\x04\x04\x04\x02\x01\x12\x03A\x02\x19\x1a0 Milliseconds between two replies; 0 means 100.\n" +
+	"\n;\n\x02\x04\x05\x12\x04E\x00G\x01\x1a/ CountdownResponse is one step of a countdown.\n" +
+	"\n9\n\x02\x04\x06\x12\x04J\x00L\x01\x1a- ChatRequest is one message of the caller's.\n" +
+	"\n<\n\x02\x04\a\x12\x04O\x00Q\x01\x1a0 ChatResponse is the answer to one ChatRequest.\n"
 
 // Full names of the examples.greeter.v1.Greeter methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -321,5 +342,6 @@ var Greeter_ServiceDesc = tunnel.ServiceDesc{
 			StreamHandler: _Greeter_Chat_Handler,
 		},
 	},
-	File: "examples/greeter/v1/greeter.proto",
+	File:       "examples/greeter/v1/greeter.proto",
+	SourceInfo: file_examples_greeter_v1_greeter_proto_rprSourceInfo,
 }

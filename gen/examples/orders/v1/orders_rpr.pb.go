@@ -14,14 +14,27 @@ import (
 	time "time"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_examples_orders_v1_orders_proto_rprSourceInfo is the wire encoding of a
+// google.protobuf.SourceCodeInfo with the comments of
+// examples/orders/v1/orders.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_examples_orders_v1_orders_proto_rprSourceInfo = "" +
+	"\n\xcb\x01\n\x02\x06\x00\x12\x04\x0e\x00$\x01\x1a\xbe\x01 Orders carries orders from the shop to the warehouse. The warehouse may be\n slow or down for a while; the orders wait in Redis (up to max_backlog of\n them) and are shipped when it is back.\n" +
+	"\n\x9f\x02\n\x04\x06\x00\x02\x00\x12\x04\x18\x02#\x03\x1a\x90\x02 ShipOrder asks the warehouse to ship an order. The shop gets a receipt\n as soon as the order is durably queued. Shipping the same order twice\n is harmless for the warehouse (it checks the order id), so the method is\n idempotent: a request whose worker died is run again.\n" +
+	"\n4\n\x02\x04\x00\x12\x04'\x000\x01\x1a( ShipOrderRequest is one order to ship.\n" +
+	"\nQ\n\x04\x04\x00\x02\x00\x12\x03)\x02\x16\x1aD The shop's order id; the shop also uses it as the idempotency key.\n" +
+	"\n.\n\x04\x04\x00\x02\x01\x12\x03+\x02\x11\x1a! Stock keeping unit of the item.\n" +
+	"\n*\n\x04\x04\x00\x02\x02\x12\x03-\x02\x15\x1a\x1d How many; must be positive.\n" +
+	"\n \n\x04\x04\x00\x02\x03\x12\x03/\x02\x15\x1a\x13 Where to ship it.\n"
 
 // Full names of the examples.orders.v1.Orders methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -179,5 +192,6 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _Orders_ShipOrder_Handler,
 		},
 	},
-	File: "examples/orders/v1/orders.proto",
+	File:       "examples/orders/v1/orders.proto",
+	SourceInfo: file_examples_orders_v1_orders_proto_rprSourceInfo,
 }

@@ -16,14 +16,44 @@ import (
 	time "time"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_rpr_tunnel_v1_tunnel_proto_rprSourceInfo is the wire encoding of a
+// google.protobuf.SourceCodeInfo with the comments of
+// rpr/tunnel/v1/tunnel.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_rpr_tunnel_v1_tunnel_proto_rprSourceInfo = "" +
+	"\nw\n\x02\x06\x00\x12\x04\x11\x00.\x01\x1ak HTTP forwards HTTP requests to the upstream that the egress's route\n table names for their host and path.\n" +
+	"\nQ\n\x04\x06\x00\x02\x00\x12\x03\x15\x028\x1aD Forward sends a request and returns the upstream's whole response.\n" +
+	"\n\xbe\x01\n\x04\x06\x00\x02\x01\x12\x03\x1a\x02Q\x1a\xb0\x01 ForwardStream sends a request and returns the upstream's response as\n it arrives: the status and headers first, then the body in parts,\n for downloads and server-sent events.\n" +
+	"\n\xce\x02\n\x04\x06\x00\x02\x02\x12\x04!\x02-\x03\x1a\xbf\x02 Deliver sends a request whose caller does not wait (write-type\n traffic): the egress retries the upstream's 5xx answers and\n timeouts, and dead-letters 4xx answers and exhausted attempts. It is\n idempotent as rpr counts it: after a crash it runs again, with the\n same Idempotency-Key header, so the upstream can tell.\n" +
+	"\nN\n\x02\x04\x00\x12\x041\x004\x01\x1aB Header is one HTTP header (or gRPC metadata key) and its values.\n" +
+	"\no\n\x02\x04\x01\x12\x048\x00K\x01\x1ac HTTPRequest is one HTTP request as the ingress received it, with its\n hop-by-hop headers removed.\n" +
+	"\n1\n\x04\x04\x01\x02\x01\x12\x03;\x02\x12\x1a$ Host is the request's Host header.\n" +
+	"\nA\n\x04\x04\x01\x02\x02\x12\x03=\x02\x12\x1a4 Path is the request's path, escaped as it arrived.\n" +
+	"\n3\n\x04\x04\x01\x02\x03\x12\x03?\x02\x13\x1a& Query is the raw query, without '?'.\n" +
+	"\ne\n\x04\x04\x01\x02\x06\x12\x03D\x02\x19\x1aX RemoteAddr is the address the ingress received the request from, for\n X-Forwarded-For.\n" +
+	"\n]\n\x04\x04\x01\x02\a\x12\x03G\x02\x14\x1aP Scheme is \"http\" or \"https\", as the ingress served it, for\n X-Forwarded-Proto.\n" +
+	"\nz\n\x04\x04\x01\x02\b\x12\x03J\x02\x13\x1am Route names the route the ingress matched, for logs; the egress\n matches the request against its own table.\n" +
+	"\nT\n\x02\x04\x02\x12\x04N\x00P\x01\x1aH ForwardRequest is a request whose caller waits for the whole response.\n" +
+	"\n_\n\x02\x04\x03\x12\x04T\x00V\x01\x1aS ForwardStreamRequest is a request whose caller takes the response as it\n arrives.\n" +
+	"\n>\n\x02\x04\x04\x12\x04Y\x00^\x01\x1a2 ForwardResponse is an upstream's whole response.\n" +
+	"\n\xb0\x01\n\x02\x04\x05\x12\x04c\x00h\x01\x1a\xa3\x01 ForwardStreamResponse is one part of a streamed response: the first\n carries the status and headers, each may carry body bytes, and the\n last may carry trailers.\n" +
+	"\nM\n\x02\x04\x06\x12\x04k\x00m\x01\x1aA DeliverRequest is a request delivered without a waiting caller.\n" +
+	"\n\xf8\x02\n\x02\x06\x01\x12\x04u\x00~\x01\x1a\xeb\x02 GRPC forwards gRPC calls of any service and method, without their\n schema, to the upstream that the egress's route table names for the\n method's path. The method travels in the call's header (rpr-grpc-method),\n the caller's metadata as the rest of the header, messages as their\n encoded bytes, and the upstream's status, details and trailers as the\n call's own.\n" +
+	"\n{\n\x04\x06\x01\x02\x00\x12\x03z\x026\x1an Call forwards a call whose caller sent one message and closed its\n side: unary and server-streaming methods.\n" +
+	"\nT\n\x04\x06\x01\x02\x01\x12\x03}\x02C\x1aG Stream forwards any call: client-streaming and bidirectional methods.\n" +
+	"\nA\n\x02\x04\a\x12\x06\x81\x01\x00\x83\x01\x01\x1a3 CallRequest is the caller's one message, encoded.\n" +
+	"\nH\n\x02\x04\b\x12\x06\x86\x01\x00\x88\x01\x01\x1a: CallResponse is one of the upstream's messages, encoded.\n" +
+	"\nG\n\x02\x04\t\x12\x06\x8b\x01\x00\x8d\x01\x01\x1a9 StreamRequest is one of the caller's messages, encoded.\n" +
+	"\nJ\n\x02\x04\n\x12\x06\x90\x01\x00\x92\x01\x01\x1a< StreamResponse is one of the upstream's messages, encoded.\n"
 
 // Full names of the rpr.tunnel.v1.HTTP methods, as they appear on the wire, in
 // logs, in errors and in the rpr CLI.
@@ -294,7 +324,8 @@ var HTTP_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _HTTP_Deliver_Handler,
 		},
 	},
-	File: "rpr/tunnel/v1/tunnel.proto",
+	File:       "rpr/tunnel/v1/tunnel.proto",
+	SourceInfo: file_rpr_tunnel_v1_tunnel_proto_rprSourceInfo,
 }
 
 // Full names of the rpr.tunnel.v1.GRPC methods, as they appear on the wire, in
@@ -507,5 +538,6 @@ var GRPC_ServiceDesc = tunnel.ServiceDesc{
 			StreamHandler: _GRPC_Stream_Handler,
 		},
 	},
-	File: "rpr/tunnel/v1/tunnel.proto",
+	File:       "rpr/tunnel/v1/tunnel.proto",
+	SourceInfo: file_rpr_tunnel_v1_tunnel_proto_rprSourceInfo,
 }

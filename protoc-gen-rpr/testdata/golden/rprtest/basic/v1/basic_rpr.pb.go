@@ -16,14 +16,27 @@ import (
 	time "time"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_rprtest_basic_v1_basic_proto_rprSourceInfo is the wire encoding of a
+// google.protobuf.SourceCodeInfo with the comments of
+// rprtest/basic/v1/basic.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_rprtest_basic_v1_basic_proto_rprSourceInfo = "" +
+	"\n}\n\x02\x06\x00\x12\x04\x12\x00d\x01\x1aq Orders keeps orders.\n\n Its comment has paragraphs and an indented block:\n\n   order := client.GetOrder(ctx, req)\n" +
+	"\n+\n\x04\x06\x00\x02\x00\x12\x04\x1b\x02 \x03\x1a\x1d GetOrder returns one order.\n" +
+	"\nG\n\x04\x06\x00\x02\x01\x12\x04#\x02.\x03\x1a9 CancelOrder cancels an order; cancelling twice is fine.\n" +
+	"\n3\n\x04\x06\x00\x02\x03\x12\x047\x02;\x03\x1a% Charge takes money in one currency.\n" +
+	"\n6\n\x04\x06\x00\x02\x04\x12\x04>\x02C\x03\x1a( OldLookup is what GetOrder used to be.\n" +
+	"\na\n\x04\x06\x00\x02\x06\x12\x04N\x02R\x03\x1aS ZeroTimeout sets a zero timeout, which counts as unset: the service's\n 30s apply.\n" +
+	"\nT\n\x04\x06\x00\x02\a\x12\x04U\x02^\x03\x1aF ShipOrder hands an order to the warehouse; the caller does not wait.\n"
 
 // Full names of the rprtest.basic.v1.Orders methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -545,7 +558,8 @@ var Orders_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _Orders_OldNotify_Handler,
 		},
 	},
-	File: "rprtest/basic/v1/basic.proto",
+	File:       "rprtest/basic/v1/basic.proto",
+	SourceInfo: file_rprtest_basic_v1_basic_proto_rprSourceInfo,
 }
 
 // Full names of the rprtest.basic.v1.LegacyOrders methods, as they appear on
@@ -686,5 +700,6 @@ var LegacyOrders_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _LegacyOrders_GetOrder_Handler,
 		},
 	},
-	File: "rprtest/basic/v1/basic.proto",
+	File:       "rprtest/basic/v1/basic.proto",
+	SourceInfo: file_rprtest_basic_v1_basic_proto_rprSourceInfo,
 }

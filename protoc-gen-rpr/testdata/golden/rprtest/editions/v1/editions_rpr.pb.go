@@ -14,14 +14,22 @@ import (
 	time "time"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_rprtest_editions_v1_editions_proto_rprSourceInfo is the wire encoding of
+// a google.protobuf.SourceCodeInfo with the comments of
+// rprtest/editions/v1/editions.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_rprtest_editions_v1_editions_proto_rprSourceInfo = "" +
+	"\n\x1d\n\x02\x06\x00\x12\x04\v\x00\x14\x01\x1a\x11 Counter counts.\n" +
+	"\n1\n\x04\x06\x00\x02\x00\x12\x04\x0f\x02\x13\x03\x1a# Add adds n and returns the total.\n"
 
 // Full names of the rprtest.editions.v1.Counter methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -150,5 +158,6 @@ var Counter_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _Counter_Add_Handler,
 		},
 	},
-	File: "rprtest/editions/v1/editions.proto",
+	File:       "rprtest/editions/v1/editions.proto",
+	SourceInfo: file_rprtest_editions_v1_editions_proto_rprSourceInfo,
 }

@@ -16,14 +16,24 @@ import (
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_rprtest_names_v1_names_proto_rprSourceInfo is the wire encoding of a
+// google.protobuf.SourceCodeInfo with the comments of
+// rprtest/names/v1/names.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_rprtest_names_v1_names_proto_rprSourceInfo = "" +
+	"\n\x1a\n\x02\x06\x00\x12\x04\x0f\x00\x12\x01\x1a\x0e Echo echoes.\n" +
+	"\nB\n\x04\x06\x00\x02\x00\x12\x03\x11\x02\x1e\x1a5 Echo is the service's only method and has its name.\n" +
+	"\n^\n\x04\x06\x01\x02\x00\x12\x03\x17\x02D\x1aQ Inside the service, Type names the method: the messages need their\n full names.\n" +
+	"\nI\n\x02\x06\x03\x12\x04*\x00,\x01\x1a= Context is a message named like the context package's type.\n"
 
 // Full names of the rprtest.names.v1.Echo methods, as they appear on the wire,
 // in logs, in errors and in the rpr CLI.
@@ -149,7 +159,8 @@ var Echo_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _Echo_Echo_Handler,
 		},
 	},
-	File: "rprtest/names/v1/names.proto",
+	File:       "rprtest/names/v1/names.proto",
+	SourceInfo: file_rprtest_names_v1_names_proto_rprSourceInfo,
 }
 
 // Full names of the rprtest.names.v1.Interface methods, as they appear on the
@@ -698,7 +709,8 @@ var Interface_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _Interface_RegisterService_Handler,
 		},
 	},
-	File: "rprtest/names/v1/names.proto",
+	File:       "rprtest/names/v1/names.proto",
+	SourceInfo: file_rprtest_names_v1_names_proto_rprSourceInfo,
 }
 
 // Full names of the rprtest.names.v1.echo_v2 methods, as they appear on the
@@ -817,7 +829,8 @@ var EchoV2_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _EchoV2_DoThing_Handler,
 		},
 	},
-	File: "rprtest/names/v1/names.proto",
+	File:       "rprtest/names/v1/names.proto",
+	SourceInfo: file_rprtest_names_v1_names_proto_rprSourceInfo,
 }
 
 // Full names of the rprtest.names.v1.Context methods, as they appear on the
@@ -940,5 +953,6 @@ var Context_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _Context_Context_Handler,
 		},
 	},
-	File: "rprtest/names/v1/names.proto",
+	File:       "rprtest/names/v1/names.proto",
+	SourceInfo: file_rprtest_names_v1_names_proto_rprSourceInfo,
 }

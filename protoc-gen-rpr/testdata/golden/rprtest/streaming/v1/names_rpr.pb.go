@@ -15,14 +15,22 @@ import (
 	io "io"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_rprtest_streaming_v1_names_proto_rprSourceInfo is the wire encoding of a
+// google.protobuf.SourceCodeInfo with the comments of
+// rprtest/streaming/v1/names.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_rprtest_streaming_v1_names_proto_rprSourceInfo = "" +
+	"\n\xec\x01\n\x02\x06\x00\x12\x04\x0f\x00\"\x01\x1a\xdf\x01 Keywords has streaming methods named like Go keywords and predeclared\n names, like the methods of the stream types, and like generated names.\n Inside the service, Stream names the method: the message needs its full\n name.\n" +
+	"\nE\n\x02\x04\x00\x12\x04%\x00'\x01\x1a9 Stream is a message named like the handlers' parameter.\n"
 
 // Full names of the rprtest.streaming.v1.Keywords methods, as they appear on
 // the wire, in logs, in errors and in the rpr CLI.
@@ -983,5 +991,6 @@ var Keywords_ServiceDesc = tunnel.ServiceDesc{
 			StreamHandler: _Keywords_Stream_Handler,
 		},
 	},
-	File: "rprtest/streaming/v1/names.proto",
+	File:       "rprtest/streaming/v1/names.proto",
+	SourceInfo: file_rprtest_streaming_v1_names_proto_rprSourceInfo,
 }

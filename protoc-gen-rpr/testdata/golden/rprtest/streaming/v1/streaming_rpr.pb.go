@@ -19,14 +19,32 @@ import (
 	time "time"
 )
 
-// This file is written for version 3 of the contract between generated
-// code and github.com/rprtunnel/rpr/tunnel, the version with streaming
-// methods. If the line below fails to compile, your tunnel package is
-// older than this file: upgrade rpr with `go get
+// This file is written for version 4 of the contract between generated
+// code and github.com/rprtunnel/rpr/tunnel, the version with the .proto
+// comments (ServiceDesc.SourceInfo). If the line below fails to compile,
+// your tunnel package is older than this file: upgrade rpr with `go get
 // github.com/rprtunnel/rpr@latest`, or regenerate this file with the
 // protoc-gen-rpr of the rpr release you depend on (`go tool
 // protoc-gen-rpr` once rpr is a tool of your module).
-const _ = tunnel.SupportPackageIsVersion3
+const _ = tunnel.SupportPackageIsVersion4
+
+// file_rprtest_streaming_v1_streaming_proto_rprSourceInfo is the wire encoding
+// of a google.protobuf.SourceCodeInfo with the comments of
+// rprtest/streaming/v1/streaming.proto, which servers publish with the schema
+// (tunnel.ServiceDesc.SourceInfo).
+const file_rprtest_streaming_v1_streaming_proto_rprSourceInfo = "" +
+	"\n\xb1\x01\n\x02\x06\x00\x12\x04\x12\x00I\x01\x1a\xa4\x01 Feeds streams events, takes uploads and chats.\n\n Its methods are listed in an order that mixes the kinds, so each\n streaming method's descriptor is not the first.\n" +
+	"\nJ\n\x04\x06\x00\x02\x00\x12\x04\x19\x02\x1b\x03\x1a< Get returns the event with a sequence number; it is unary.\n" +
+	"\ni\n\x04\x06\x00\x02\x01\x12\x04 \x02%\x03\x1a[ Watch sends count events, starting at from.\n\n The stream ends with OK after the last one.\n" +
+	"\n8\n\x04\x06\x00\x02\x02\x12\x03(\x023\x1a+ Upload takes chunks and says what it got.\n" +
+	"\n5\n\x04\x06\x00\x02\x03\x12\x03+\x02<\x1a( Chat answers each message as it comes.\n" +
+	"\n*\n\x04\x06\x00\x02\x04\x12\x03.\x02J\x1a\x1d Ticks sends empty messages.\n" +
+	"\nI\n\x04\x06\x00\x02\x05\x12\x031\x02J\x1a< Drain counts the empty messages it gets, and says nothing.\n" +
+	"\nM\n\x04\x06\x00\x02\a\x12\x036\x02X\x1a@ Exchange converts each amount, a message from another package.\n" +
+	"\n\x82\x01\n\x04\x06\x00\x02\b\x12\x03:\x02J\x1au Relay sends a packet back as many times as it is long, a message from a\n package whose import path ends in /tunnel.\n" +
+	"\n2\n\x04\x06\x00\x02\t\x12\x04=\x02?\x03\x1a$ OldWatch is what Watch used to be.\n" +
+	"\nP\n\x04\x06\x00\x02\v\x12\x04F\x02H\x03\x1aB Notify is async; streaming methods do not change what it may be.\n" +
+	"\nG\n\x02\x06\x01\x12\x04L\x00P\x01\x1a; LegacyFeeds is deprecated, and so are its stream aliases.\n"
 
 // Full names of the rprtest.streaming.v1.Feeds methods, as they appear on the
 // wire, in logs, in errors and in the rpr CLI.
@@ -790,7 +808,8 @@ var Feeds_ServiceDesc = tunnel.ServiceDesc{
 			Handler: _Feeds_Notify_Handler,
 		},
 	},
-	File: "rprtest/streaming/v1/streaming.proto",
+	File:       "rprtest/streaming/v1/streaming.proto",
+	SourceInfo: file_rprtest_streaming_v1_streaming_proto_rprSourceInfo,
 }
 
 // Full names of the rprtest.streaming.v1.LegacyFeeds methods, as they appear on
@@ -957,5 +976,6 @@ var LegacyFeeds_ServiceDesc = tunnel.ServiceDesc{
 			StreamHandler: _LegacyFeeds_Tail_Handler,
 		},
 	},
-	File: "rprtest/streaming/v1/streaming.proto",
+	File:       "rprtest/streaming/v1/streaming.proto",
+	SourceInfo: file_rprtest_streaming_v1_streaming_proto_rprSourceInfo,
 }
