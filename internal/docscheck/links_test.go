@@ -19,14 +19,18 @@ const root = "../.."
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
 	files := []string{"README.md", "CHANGELOG.md"}
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatalf("list docs/*.md: %v", err)
+	var found []string
+	for _, pattern := range []string{"docs/*.md", "bench/*.md", "examples/*/*.md"} {
+		m, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
+		if err != nil {
+			t.Fatalf("list %s: %v", pattern, err)
+		}
+		found = append(found, m...)
 	}
-	if len(docs) == 0 {
-		t.Fatalf("no docs/*.md under %s: run the test from internal/docscheck", root)
+	if len(found) == 0 {
+		t.Fatalf("no Markdown files under %s/docs, bench or examples: run the test from internal/docscheck", root)
 	}
-	for _, d := range docs {
+	for _, d := range found {
 		rel, err := filepath.Rel(root, d)
 		if err != nil {
 			t.Fatalf("docs path %s: %v", d, err)
