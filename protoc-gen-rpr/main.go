@@ -32,7 +32,7 @@
 //
 // In a module of your own, the plugin is a Go tool of the same module
 // version as the runtime, and the .proto file it reads options from is
-// exported from it (see the README's "Install"):
+// exported from it (see the README's tutorial):
 //
 //	go get github.com/rprtunnel/rpr/tunnel@latest
 //	go get -tool github.com/rprtunnel/rpr/protoc-gen-rpr

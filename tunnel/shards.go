@@ -35,7 +35,7 @@ import (
 // A call goes to a shard chosen at random; an async request with an
 // idempotency key goes to the shard its key hashes to, so that the key's
 // state is always found in one place (changing the count re-maps keys:
-// see the README's "Changing the shard count").
+// see "Changing the shard count" in docs/operations.md).
 
 // MaxShards bounds a service's shard count. Each shard costs every server
 // one blocking read per lane, and every client one per shard it gets

@@ -41,7 +41,7 @@ const (
 	exporterConnectTimeout = 10 * time.Second
 )
 
-// exporterHelp is the operator's guide in short; the README has it in full.
+// exporterHelp is the operator's guide in short; docs/metrics.md has it in full.
 const exporterHelp = `exporter serves, at /metrics in the Prometheus text format, the queue gauges
 of every service of a deployment (one Redis and --prefix), read from Redis at
 each scrape: what "rpr stats" shows. Run one for the whole deployment; workers

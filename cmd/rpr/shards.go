@@ -28,8 +28,8 @@ spreads the service over its masters. The count recorded in Redis
 A process built with (rpr.v1.service).shards, or ClientOptions /
 ServerOptions.Shards, above the recorded count raises it as it starts:
 raising needs no command. Lowering is done with rpr shards set, which
-refuses while a shard that would go still holds requests. See the README's
-"Changing the shard count" for the procedure.`,
+refuses while a shard that would go still holds requests. See docs/operations.md,
+"Changing the shard count", for the procedure.`,
 		Example: `  rpr shards get examples.orders.v1.Orders
   rpr shards set examples.orders.v1.Orders 4`,
 	}
@@ -98,7 +98,7 @@ sent just before the change is still served.
 Either way, async requests with an idempotency key go to the shard their
 key hashes to, so changing N moves keys to other shards, where a duplicate
 of a request sent before the change is not recognised: change N when no
-such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
+such duplicates can arrive any more (see docs/operations.md, "Changing the shard count").`, tunnel.MaxShards),
 		Example: `  rpr shards set examples.orders.v1.Orders 4
   rpr shards set examples.orders.v1.Orders 1`,
 		Args:              usageArgs(2, 2, usage),
@@ -132,7 +132,7 @@ such duplicates can arrive any more (see the README).`, tunnel.MaxShards),
 				// The handle's refusal is the one error that is not
 				// Redis failing: the change is possible later.
 				if errors.Is(err, admin.ErrShardsHoldRequests) {
-					return failed(fmt.Errorf("%s (nothing changed; see the README's \"Changing the shard count\")", strings.TrimPrefix(err.Error(), "rpr: ")))
+					return failed(fmt.Errorf("%s (nothing changed; see \"Changing the shard count\" in docs/operations.md)", strings.TrimPrefix(err.Error(), "rpr: ")))
 				}
 				return badInput(err)
 			}
