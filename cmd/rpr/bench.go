@@ -78,7 +78,7 @@ count too), CPU time per call of Redis (INFO cpu) and of this process
 (getrusage: client and in-process server), and heap allocations per call
 of this process (runtime.MemStats).
 
-Without --redis, bench uses an embedded in-memory Redis (miniredis) in this
+Without --redis (or $RPR_REDIS_URL), bench uses an embedded in-memory Redis (miniredis) in this
 process: handy to try the command, useless as a measurement.`,
 		Example: `  rpr bench --redis redis://127.0.0.1:6379/0
   rpr bench --redis redis://127.0.0.1:6379/0 --concurrency 128 --duration 30s --payload 1024
@@ -102,8 +102,8 @@ process: handy to try the command, useless as a measurement.`,
 		return badInput(fmt.Errorf("%w (e.g. %s; see %s --help)", err, benchExample, c.CommandPath()))
 	})
 	f := cmd.Flags()
-	f.StringVar(&o.redisURL, "redis", "", "Redis URL (redis://, rediss://, a Cluster seed list redis://h1:p1,h2:p2, or redis+sentinel://h1:p1/master); default: an embedded in-memory Redis, not representative")
-	f.StringVar(&o.prefix, "prefix", tunnel.DefaultPrefix, "key prefix the services use")
+	registerEmbeddedRedis(cmd, &o.redisURL)
+	registerPrefix(cmd, &o.prefix)
 	f.IntVarP(&o.concurrency, "concurrency", "c", 16, "callers, each with one call in flight")
 	f.DurationVarP(&o.duration, "duration", "d", 10*time.Second, "how long to load (after the warm-up)")
 	f.Int64VarP(&o.requests, "requests", "n", 0, "stop after this many calls (default: no count limit)")
