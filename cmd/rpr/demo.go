@@ -69,7 +69,7 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 	// The server side: it reaches only Redis.
 	serverRedis, err := tunnel.Open(ctx, redisURL)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	defer serverRedis.Close()
 	srv, err := tunnel.NewServer(serverRedis, tunnel.ServerOptions{Logger: logger})
@@ -90,7 +90,7 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 	// The client side: its own connection to the same Redis, nothing else.
 	clientRedis, err := tunnel.Open(ctx, redisURL)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	defer clientRedis.Close()
 	client, err := tunnel.NewClient(clientRedis, tunnel.ClientOptions{BizCode: "DEMO", Logger: logger})

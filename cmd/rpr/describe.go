@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/rprtunnel/rpr/admin"
+	"github.com/rprtunnel/rpr/tunnel"
 )
 
 // schemaTarget is a service, and maybe one of its methods, as the schema
@@ -31,11 +33,18 @@ type schemaTarget struct {
 }
 
 // loadTarget resolves "pkg.Service", "pkg.Service/Method" or
-// "pkg.Service.Method" against the schemas published in Redis.
-func loadTarget(ctx context.Context, a *admin.Client, arg string) (*schemaTarget, error) {
+// "pkg.Service.Method" against the schemas published in Redis, at url
+// (the --redis URL, for messages). A name that cannot be one is exit
+// status 2, as is Redis that cannot be read; a service Redis does not
+// know, one without a published schema and a method its schema lacks
+// are exit status 1.
+func loadTarget(ctx context.Context, a *admin.Client, url, arg string) (*schemaTarget, error) {
 	service, method, explicit := strings.Cut(arg, "/")
 	if explicit && (service == "" || method == "" || strings.Contains(method, "/")) {
-		return nil, fmt.Errorf("%q is not a method name: write pkg.Service/Method, e.g. examples.greeter.v1.Greeter/SayHello", arg)
+		return nil, badInput(fmt.Errorf("%q is not a method name: write pkg.Service/Method, e.g. examples.greeter.v1.Greeter/SayHello", arg))
+	}
+	if err := checkServiceName(service, "examples.greeter.v1.Greeter/SayHello"); err != nil {
+		return nil, err
 	}
 	files, err := a.Service(service).SchemaFiles(ctx)
 	if !explicit && errors.Is(err, admin.ErrNoSchema) {
@@ -46,21 +55,55 @@ func loadTarget(ctx context.Context, a *admin.Client, arg string) (*schemaTarget
 			}
 		}
 	}
+	if errors.Is(err, admin.ErrNoSchema) {
+		return nil, noSchema(ctx, a, url, service, err)
+	}
 	if err != nil {
-		return nil, err
+		return nil, badInput(err)
 	}
 	sd, err := admin.ServiceInFiles(files, service)
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	t := &schemaTarget{files: files, types: dynamicpb.NewTypes(files), service: sd}
 	if method != "" {
 		t.method = sd.Methods().ByName(protoreflect.Name(method))
 		if t.method == nil {
-			return nil, fmt.Errorf("service %s has no method %q; its methods: %s", service, method, strings.Join(methodNames(sd), ", "))
+			return nil, failed(fmt.Errorf("service %s has no method %q; its methods: %s (rpr describe %s shows them)", service, method, strings.Join(methodNames(sd), ", "), service))
 		}
 	}
 	return t, nil
+}
+
+// noSchema is the error for a service whose schema Redis does not hold
+// (schemaErr wraps admin.ErrNoSchema): the unknown-service error when
+// Redis knows nothing of it, else schemaErr with where rpr looked (the
+// redacted URL and its database, the prefix) and the services known
+// there. Both are exit status 1.
+func noSchema(ctx context.Context, a *admin.Client, url, service string, schemaErr error) error {
+	names, err := a.Services(ctx)
+	if err != nil {
+		return badInput(err)
+	}
+	if !slices.Contains(names, service) {
+		return failed(unknownService(a, url, service, names))
+	}
+	return failed(fmt.Errorf("%w\n  looked in %s under prefix %q; services known there: %s", schemaErr, redisWhere(url), a.Prefix(), strings.Join(names, ", ")))
+}
+
+// redisWhere names the Redis of url for messages: redacted, with the
+// database of a single server's URL spelled out.
+func redisWhere(url string) string {
+	shown := tunnel.RedactURL(url)
+	u, err := neturl.Parse(url)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || strings.Contains(u.Host, ",") {
+		return shown
+	}
+	db := strings.Trim(u.Path, "/")
+	if db == "" {
+		db = "0"
+	}
+	return shown + " (database " + db + ")"
 }
 
 func methodNames(sd protoreflect.ServiceDescriptor) []string {
@@ -74,31 +117,46 @@ func methodNames(sd protoreflect.ServiceDescriptor) []string {
 func newDescribeCommand() *cobra.Command {
 	var rf redisFlags
 	var timeout time.Duration
+	var output string
 	cmd := &cobra.Command{
 		Use:   "describe pkg.Service[/Method]",
 		Short: "Print a service's or method's schema, as its servers published it",
 		Long: `describe prints the schema a service's servers published to Redis when they
 started, in .proto-like text: the service and its methods with their
 options, then the request and response messages and every message and enum
-they use (types are named in full). No local .proto file is needed.`,
+they use (types are named in full). No local .proto file is needed.
+
+-o json prints the descriptors instead, as protobuf JSON with the .proto
+field names (google.protobuf.ServiceDescriptorProto, MethodDescriptorProto,
+DescriptorProto): the service or method, and the request and response
+messages of its methods.`,
 		Example: `  rpr describe examples.greeter.v1.Greeter
-  rpr describe examples.greeter.v1.Greeter/SayHello`,
-		Args: cobra.ExactArgs(1),
+  rpr describe examples.greeter.v1.Greeter/SayHello
+  rpr describe examples.greeter.v1.Greeter -o json | jq -r '.service.method[].name'`,
+		Args:              usageArgs(1, 1, "rpr describe pkg.Service[/Method], e.g. rpr describe examples.greeter.v1.Greeter"),
+		ValidArgsFunction: completePatterns(&rf, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
 			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			target, err := loadTarget(ctx, a, args[0])
+			target, err := loadTarget(ctx, a, rf.url, args[0])
 			if err != nil {
 				return err
+			}
+			if output == "json" {
+				return describeJSON(cmd.OutOrStdout(), target)
 			}
 			describe(cmd.OutOrStdout(), target)
 			return nil
 		},
 	}
 	rf.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up on Redis after this long")
 	return cmd
 }

@@ -93,6 +93,12 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 			return err
 		}
 	}
+	if total == 0 {
+		// Nothing there: perhaps a mistyped name.
+		if err := requireService(ctx, t.a, t.url, t.service); err != nil {
+			return err
+		}
+	}
 	now := t.redisNow(ctx)
 	if asJSON {
 		dec := newPayloadDecoder(ctx, t)
@@ -114,9 +120,6 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 	switch {
 	case total == 0:
 		fmt.Fprintf(out, "%s has no dead letters (%s)\n", t.service, t.empty())
-		if hint := t.unknownServiceHint(ctx); hint != "" {
-			fmt.Fprintf(out, "note: %s\n", hint)
-		}
 		return nil
 	case len(letters) == 0:
 		fmt.Fprintf(out, "none of the %d dead letters of %s match %s\n", total, t.service, sel.describe())

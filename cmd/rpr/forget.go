@@ -46,6 +46,10 @@ streams stay; they expire a minute after their client.`,
 			}
 			out := cmd.OutOrStdout()
 			if len(res.Removed) == 0 && len(res.Kept) == 0 {
+				// Nothing there: say so as every command does.
+				if err := requireService(ctx, a, rf.url, args[0]); err != nil {
+					return err
+				}
 				fmt.Fprintf(out, "%s: nothing in Redis under prefix %q\n", args[0], rf.prefix)
 				return nil
 			}

@@ -97,15 +97,16 @@ those and log a warning). -o json prints the same as JSON.`,
 				return badInput(err)
 			}
 			key := limits.Key()
+			if len(rules) == 0 && len(invalid) == 0 {
+				// Nothing set: perhaps a mistyped name.
+				if err := requireService(ctx, a, rf.url, args[0]); err != nil {
+					return err
+				}
+			}
 			if output == "json" {
 				return writeLimitsJSON(cmd.OutOrStdout(), args[0], key, rules, invalid)
 			}
 			printLimits(cmd.OutOrStdout(), args[0], key, rules, invalid)
-			if len(rules) == 0 && len(invalid) == 0 {
-				if hint := unknownServiceHint(ctx, a, args[0]); hint != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", hint)
-				}
-			}
 			return nil
 		},
 	}
@@ -330,6 +331,12 @@ rule.`,
 			}
 			if !removed {
 				rules, invalid, _ := limits.List(ctx)
+				if len(rules) == 0 && len(invalid) == 0 {
+					// Nothing set: perhaps a mistyped name.
+					if err := requireService(ctx, a, rf.url, args[0]); err != nil {
+						return err
+					}
+				}
 				var names []string
 				for _, r := range rules {
 					names = append(names, r.Name)
