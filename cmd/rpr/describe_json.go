@@ -15,10 +15,10 @@ import (
 // protobuf JSON with the .proto field names, so that its keys are
 // snake_case like every other -o json of rpr.
 type describeDoc struct {
-	Name     string            `json:"name"`
-	File     string            `json:"file"`
-	Service  json.RawMessage   `json:"service,omitempty"`
-	Method   json.RawMessage   `json:"method,omitempty"`
+	Name     string             `json:"name"`
+	File     string             `json:"file"`
+	Service  json.RawMessage    `json:"service,omitempty"`
+	Method   json.RawMessage    `json:"method,omitempty"`
 	Messages []describedMessage `json:"messages"`
 }
 
