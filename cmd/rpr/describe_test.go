@@ -44,11 +44,11 @@ func TestDescribe(t *testing.T) {
 	}
 
 	res = runCLI(t, "", "describe", "--redis", rs.URL(), greeterService+"/Nope")
-	if res.code == 0 || !strings.Contains(res.stderr, `no method "Nope"`) {
+	if res.code != 1 || !strings.Contains(res.stderr, `no method "Nope"`) {
 		t.Errorf("unknown method: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = runCLI(t, "", "describe", "--redis", rs.URL(), "nope.v1.Nope")
-	if res.code == 0 || !strings.Contains(res.stderr, "no published schema") {
+	if res.code != 1 || !strings.Contains(res.stderr, "unknown service nope.v1.Nope; known: "+greeterService+" (rpr ls lists them)") {
 		t.Errorf("unknown service: exit %d, stderr %q", res.code, res.stderr)
 	}
 }

@@ -253,3 +253,12 @@ func TestRedisURLFromEnvironment(t *testing.T) {
 		t.Errorf("--redis over $%s: %v", envRedisURL, res)
 	}
 }
+
+// heartbeat records a silent worker of service, so that Redis knows the
+// service (rpr ls lists it) without a server running.
+func heartbeat(t *testing.T, rs *redistest.Server, service string) {
+	t.Helper()
+	if err := rs.Client(t).HSet(t.Context(), "rpr:v1:{"+service+"}:workers", "w1", `{"host":"h","pid":1,"started_ms":1,"beat_ms":1}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -157,6 +158,27 @@ func requireService(ctx context.Context, a *admin.Client, url, service string) e
 		return nil
 	}
 	return failed(unknownService(a, url, service, names))
+}
+
+// requireServiceOrData is requireService for the commands that show what
+// a service left in Redis (stats, top): a service Redis knows no worker or
+// schema of passes while its queues hold requests or dead letters.
+func requireServiceOrData(ctx context.Context, a *admin.Client, url, service string) error {
+	err := requireService(ctx, a, url, service)
+	var exit exitError
+	if err == nil || !errors.As(err, &exit) || exit.code != exitFailed {
+		return err
+	}
+	lanes, statsErr := a.Service(service).LaneStats(ctx)
+	if statsErr != nil {
+		return badInput(statsErr)
+	}
+	for _, l := range lanes {
+		if l.Length > 0 || l.Retrying > 0 || l.DeadLetters > 0 || l.Consumers > 0 {
+			return nil
+		}
+	}
+	return err
 }
 
 // unknownService is the one error of every command for a service name

@@ -194,7 +194,7 @@ func (f *liveViewFlags) services(ctx context.Context, a *admin.Client, args []st
 		return names, nil
 	}
 	for _, name := range args {
-		if err := requireService(ctx, a, f.url, name); err != nil {
+		if err := requireServiceOrData(ctx, a, f.url, name); err != nil {
 			return nil, err
 		}
 	}

@@ -80,7 +80,7 @@ Colours: yellow is a warning, red is critical.
 			defer rdb.Close()
 			a := flags.handle(rdb)
 			for _, name := range args {
-				if err := requireService(ctx, a, flags.url, name); err != nil {
+				if err := requireServiceOrData(ctx, a, flags.url, name); err != nil {
 					return err
 				}
 			}
