@@ -41,7 +41,8 @@ service's published schema when Redis has it, and always as base64).`,
 		Example: `  rpr dlq ls examples.orders.v1.Orders
   rpr dlq ls examples.orders.v1.Orders --method Charge --code UNAVAILABLE --newer-than 1h
   rpr dlq ls examples.orders.v1.Orders --older-than 2d --limit 0 -o json | jq '.dead_letters[].request_id'`,
-		Args: usageArgs(1, 1, "rpr dlq ls SERVICE, e.g. rpr dlq ls examples.orders.v1.Orders"),
+		Args:              usageArgs(1, 1, "rpr dlq ls SERVICE, e.g. rpr dlq ls examples.orders.v1.Orders"),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkService(args[0]); err != nil {
 				return err

@@ -37,7 +37,7 @@ const (
 // exitCases has a row for every command rpr has: TestExitStatusTable
 // fails for a command without one, so no command escapes the rule.
 var exitCases = map[string]exitCase{
-	"bench":                 {bad: []string{"extra"}},
+	"bench":                 {bad: []string{"extra", "words"}, unknown: []string{unknownSvc + "/Run"}},
 	"call":                  {args: []string{greeterService + "/SayHello", "{}"}, bad: []string{}, unknown: []string{unknownSvc + "/SayHello", "{}"}},
 	"completion bash":       {bad: []string{"x"}, noRedis: true},
 	"completion fish":       {bad: []string{"x"}, noRedis: true},
@@ -246,6 +246,24 @@ func TestRedisURLFromEnvironment(t *testing.T) {
 	t.Setenv(envPrefix, "other:")
 	if res := runCLI(t, "", "ls"); res.code != 0 || !strings.Contains(res.stdout, `no services under prefix "other:"`) {
 		t.Errorf("ls with $%s: %v", envPrefix, res)
+	}
+	// The help shows the default with its password masked.
+	t.Setenv(envRedisURL, "redis://:s3cret@10.0.0.5:6379/2")
+	if res := runCLI(t, "", "stats", "--help"); strings.Contains(res.stdout, "s3cret") || !strings.Contains(res.stdout, `(default "redis://:****@10.0.0.5:6379/2")`) {
+		t.Errorf("stats --help with a password in $%s:\n%s", envRedisURL, res.stdout)
+	}
+	// demo and bench use it too, and their embedded Redis without it.
+	for _, env := range []string{rs.URL(), ""} {
+		t.Setenv(envRedisURL, env)
+		for _, name := range []string{"demo", "bench"} {
+			c, _, err := newRootCommand().Find([]string{name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Flags().Lookup("redis").Value.String(); got != env {
+				t.Errorf("rpr %s --redis defaults to %q with $%s=%q", name, got, envRedisURL, env)
+			}
+		}
 	}
 	// --redis wins over the environment.
 	t.Setenv(envRedisURL, unreachableURL)

@@ -35,24 +35,34 @@ const (
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 // redisURLHelp is the help of every --redis flag.
-const redisURLHelp = "Redis URL: redis://host:port/db, rediss:// (TLS), redis://h1:p1,h2:p2 (Cluster seed nodes) or redis+sentinel://h1:p1,h2:p2/master; default $" + envRedisURL
+const redisURLHelp = "Redis URL: redis://host:port/db, rediss:// (TLS), redis://h1:p1,h2:p2 (Cluster seed nodes) or redis+sentinel://h1:p1,h2:p2/master"
 
 func (f *redisFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.url, "redis", envOr(envRedisURL, defaultRedisURL), redisURLHelp+", else "+defaultRedisURL)
+	cmd.Flags().StringVar(&f.url, "redis", envOr(envRedisURL, defaultRedisURL), redisURLHelp+"; $"+envRedisURL+" sets the default")
+	redactDefault(cmd)
 	registerPrefix(cmd, &f.prefix)
+}
+
+// redactDefault shows the default of cmd's --redis flag in its help with
+// the password masked: $RPR_REDIS_URL may hold one.
+func redactDefault(cmd *cobra.Command) {
+	if fl := cmd.Flags().Lookup("redis"); fl != nil && fl.DefValue != "" {
+		fl.DefValue = tunnel.RedactURL(fl.DefValue)
+	}
 }
 
 // registerPrefix adds the --prefix flag, defaulting to $RPR_PREFIX, else
 // tunnel.DefaultPrefix.
 func registerPrefix(cmd *cobra.Command, prefix *string) {
-	cmd.Flags().StringVar(prefix, "prefix", envOr(envPrefix, tunnel.DefaultPrefix), "key prefix the services use; default $"+envPrefix+", else "+tunnel.DefaultPrefix)
+	cmd.Flags().StringVar(prefix, "prefix", envOr(envPrefix, tunnel.DefaultPrefix), "key prefix the services use; $"+envPrefix+" sets the default")
 }
 
 // registerEmbeddedRedis adds the --redis flag of a command that runs an
 // embedded Redis of its own when none is named (demo, bench): it defaults
 // to $RPR_REDIS_URL, else "" (embedded).
 func registerEmbeddedRedis(cmd *cobra.Command, url *string) {
-	cmd.Flags().StringVar(url, "redis", os.Getenv(envRedisURL), redisURLHelp+", else an embedded in-memory Redis in this process (not representative)")
+	cmd.Flags().StringVar(url, "redis", os.Getenv(envRedisURL), redisURLHelp+"; default $"+envRedisURL+", else an embedded in-memory Redis in this process (not representative)")
+	redactDefault(cmd)
 }
 
 // envOr is the environment variable name, else def when it is unset or

@@ -27,7 +27,8 @@ stay unless --purge: those requests would never run. Clients' response
 streams stay; they expire a minute after their client.`,
 		Example: `  rpr forget examples.greeter.v1.Greeter
   rpr forget --purge acme.old.v1.Legacy`,
-		Args: usageArgs(1, 1, "rpr forget SERVICE, e.g. rpr forget examples.greeter.v1.Greeter"),
+		Args:              usageArgs(1, 1, "rpr forget SERVICE, e.g. rpr forget examples.greeter.v1.Greeter"),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkServiceName(args[0], "rpr forget examples.greeter.v1.Greeter"); err != nil {
 				return err
