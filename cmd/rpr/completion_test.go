@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rprtunnel/rpr/internal/redistest"
+	"github.com/rprtunnel/rpr/tunnel"
 )
 
 // TestCompletionOfServicesAndMethods: the shell completion of the commands
@@ -31,5 +32,16 @@ func TestCompletionOfServicesAndMethods(t *testing.T) {
 		if res.code != 0 || !strings.Contains(res.stdout, greeterService+"\n") {
 			t.Errorf("rpr %s <TAB>: want %s; %v", cmd, greeterService, res)
 		}
+	}
+}
+
+// TestVersion: rpr version and rpr --version print tunnel.Version, the
+// version protoc-gen-rpr --version prints too.
+func TestVersion(t *testing.T) {
+	if res := runCLI(t, "", "version"); res.code != 0 || !strings.HasPrefix(res.stdout, "rpr "+tunnel.Version+" (go") {
+		t.Errorf("rpr version: %v", res)
+	}
+	if res := runCLI(t, "", "--version"); res.code != 0 || res.stdout != "rpr "+tunnel.Version+"\n" {
+		t.Errorf("rpr --version: %v", res)
 	}
 }
