@@ -419,3 +419,15 @@ func TestCallAsyncBacklogFull(t *testing.T) {
 		}
 	}
 }
+
+// TestCallDefaultTimeoutIsTheLibrarys: without --timeout or a method's
+// own, rpr call waits as long as a program's call does.
+func TestCallDefaultTimeoutIsTheLibrarys(t *testing.T) {
+	if callDefaultTimeout != tunnel.DefaultCallTimeout {
+		t.Errorf("rpr call's default timeout %v; the library's is %v", callDefaultTimeout, tunnel.DefaultCallTimeout)
+	}
+	res := runCLI(t, "", "call", "--help")
+	if want := "else " + tunnel.DefaultCallTimeout.String() + " (tunnel.DefaultCallTimeout"; !strings.Contains(res.stdout, want) {
+		t.Errorf("rpr call --help does not say %q:\n%s", want, res.stdout)
+	}
+}
