@@ -85,7 +85,7 @@ Colours: yellow is a warning, red is critical.
 				}
 			}
 			if !isTerminal(cmd.OutOrStdout()) || !isTerminal(cmd.InOrStdin()) {
-				return badInput(errors.New("rpr top draws a live view and needs a terminal (stdin and stdout); in a script or a pipe use rpr stats (-o json for JSON)"))
+				return badInput(errors.New("top needs a terminal (stdin and stdout) to draw its live view; in a script or a pipe use rpr stats (-o json for JSON)"))
 			}
 			m := newTopModel(ctx, a, flags, args)
 			_, err = tea.NewProgram(m, tea.WithContext(ctx)).Run()
