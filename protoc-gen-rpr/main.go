@@ -65,11 +65,14 @@ import (
 	"os"
 
 	"google.golang.org/protobuf/compiler/protogen"
+
+	rprversion "github.com/rprtunnel/rpr/internal/version"
 )
 
 // version is the plugin's version, written into the header of every file it
-// generates.
-const version = "v0.1.0"
+// generates: rpr's one version, which tunnel.Version and rpr version show
+// too.
+const version = rprversion.Version
 
 func main() {
 	showVersion := flag.Bool("version", false, "print the version and exit")

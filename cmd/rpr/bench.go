@@ -43,6 +43,9 @@ type benchOptions struct {
 	noServer          bool
 	serverConcurrency int
 	output            string
+	// target is the METHOD argument (pkg.Svc/Method), "" for the
+	// examples; data is its request (-d: JSON, @file or -).
+	target, data string
 
 	// timeLimit is the measured phase's time bound: --duration when given
 	// or when --requests is not, else none (the request count bounds it).
@@ -52,7 +55,7 @@ type benchOptions struct {
 func newBenchCommand() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "bench [pkg.Service/Method]",
 		Short: "Load a service through Redis and report calls/s, latency and cost per call",
 		Long: `bench runs a closed-loop load: --concurrency callers each send a call,
 wait for its answer and send the next, for --duration or until --requests
@@ -66,7 +69,14 @@ with a --payload bytes long address; latency is then the enqueue latency,
 and "end to end" the time from the first enqueue until the server has
 processed every request.
 
-Unless --no-server is given, bench starts the service's server in this
+Given a METHOD, bench loads that method of servers already running
+against --redis instead, as ghz does: the request is -d JSON (the
+protobuf JSON mapping of its input message, as rpr call takes it; @file
+or - for stdin; default {}), and the message types come from the schema
+its servers published. A unary method is called, an async one enqueued
+(bench then waits until the service's queue is empty).
+
+Unless --no-server is given (or a METHOD), bench starts the service's server in this
 process, next to the client, and both talk only through Redis. With
 --no-server it drives the servers already running against --redis (for
 --mode async it then waits until the service's queue is empty).
@@ -78,23 +88,34 @@ count too), CPU time per call of Redis (INFO cpu) and of this process
 (getrusage: client and in-process server), and heap allocations per call
 of this process (runtime.MemStats).
 
-Without --redis, bench uses an embedded in-memory Redis (miniredis) in this
+Without --redis (or $RPR_REDIS_URL), bench uses an embedded in-memory Redis (miniredis) in this
 process: handy to try the command, useless as a measurement.`,
 		Example: `  rpr bench --redis redis://127.0.0.1:6379/0
   rpr bench --redis redis://127.0.0.1:6379/0 --concurrency 128 --duration 30s --payload 1024
   rpr bench --redis redis://127.0.0.1:6379/0 --mode async --requests 100000
-  rpr bench --redis redis://10.0.0.5:6379/0 --no-server -o json   # load deployed Greeter servers`,
+  rpr bench --redis redis://10.0.0.5:6379/0 --no-server -o json   # load deployed Greeter servers
+  rpr bench --redis redis://10.0.0.5:6379/0 examples.greeter.v1.Greeter/SayHello -d '{"name":"Ada"}' -n 1000 -c 16`,
 		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return badInput(fmt.Errorf("rpr bench takes no arguments (got %q); everything is a flag, e.g. %s", strings.Join(args, " "), benchExample))
+			if len(args) > 1 {
+				return badInput(fmt.Errorf("rpr bench takes at most one METHOD (got %q); everything else is a flag, e.g. %s", strings.Join(args, " "), benchExample))
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			rf := redisFlags{url: o.redisURL, prefix: o.prefix}
+			if rf.url == "" { // the embedded Redis has no services
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return completePatterns(&rf, true)(cmd, args, toComplete)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.target = args[0]
+			}
 			if err := o.validate(cmd.Flags().Changed); err != nil {
 				return err
 			}
-			return runBench(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+			return runBench(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
 	// Flags that do not parse are bad input: exit status 2, with an example.
@@ -102,10 +123,11 @@ process: handy to try the command, useless as a measurement.`,
 		return badInput(fmt.Errorf("%w (e.g. %s; see %s --help)", err, benchExample, c.CommandPath()))
 	})
 	f := cmd.Flags()
-	f.StringVar(&o.redisURL, "redis", "", "Redis URL (redis://, rediss://, a Cluster seed list redis://h1:p1,h2:p2, or redis+sentinel://h1:p1/master); default: an embedded in-memory Redis, not representative")
-	f.StringVar(&o.prefix, "prefix", tunnel.DefaultPrefix, "key prefix the services use")
+	registerEmbeddedRedis(cmd, &o.redisURL)
+	registerPrefix(cmd, &o.prefix)
 	f.IntVarP(&o.concurrency, "concurrency", "c", 16, "callers, each with one call in flight")
-	f.DurationVarP(&o.duration, "duration", "d", 10*time.Second, "how long to load (after the warm-up)")
+	f.DurationVarP(&o.duration, "duration", "z", 10*time.Second, "how long to load (after the warm-up)")
+	f.StringVarP(&o.data, "data", "d", "", "with a METHOD: its request as JSON, @file or - (stdin); default {}")
 	f.Int64VarP(&o.requests, "requests", "n", 0, "stop after this many calls (default: no count limit)")
 	f.IntVar(&o.payload, "payload", 128, "request payload in bytes (the Greeter's name, the order's address)")
 	f.StringVar(&o.mode, "mode", "unary", "unary (Greeter/SayHello) or async (Orders/ShipOrder)")
@@ -139,6 +161,12 @@ func (o *benchOptions) validate(changed func(flag string) bool) error {
 		return bad("--server-concurrency %d: want at least 1 handler, e.g. --server-concurrency 128", o.serverConcurrency)
 	case o.output != "text" && o.output != "json":
 		return bad("-o %q: want text or json, e.g. -o json", o.output)
+	case o.target == "" && changed("data"):
+		return bad("-d/--data is the request of a METHOD, e.g. rpr bench pkg.Svc/Method -d '{\"id\": 1}'; the load's duration is -z/--duration, e.g. -z 30s")
+	case o.target != "":
+		if err := o.validateTarget(changed); err != nil {
+			return err
+		}
 	case o.noServer && o.redisURL == "":
 		return bad("--no-server drives servers already running against a Redis: name it, e.g. rpr bench --no-server --redis redis://10.0.0.5:6379/0")
 	case o.noServer && changed("server-concurrency"):
@@ -154,7 +182,7 @@ func (o *benchOptions) validate(changed func(flag string) bool) error {
 	return nil
 }
 
-func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error {
+func runBench(ctx context.Context, in io.Reader, out, errOut io.Writer, o benchOptions) error {
 	r := &benchRun{o: o, embedded: o.redisURL == ""}
 	redisURL, shown := o.redisURL, tunnel.RedactURL(o.redisURL)
 	if r.embedded {
@@ -209,8 +237,12 @@ func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error 
 	}
 	defer client.Close()
 
-	switch o.mode {
-	case "unary":
+	switch {
+	case o.target != "":
+		if err := r.loadTarget(ctx, in, client); err != nil {
+			return err
+		}
+	case o.mode == "unary":
 		r.service, r.method = greeterv1.Greeter_ServiceInfo.Name, greeterv1.Greeter_ServiceInfo.Name+"/SayHello"
 		greeterClient := greeterv1.NewGreeterClient(client)
 		name := strings.Repeat("x", o.payload)
@@ -224,7 +256,7 @@ func runBench(ctx context.Context, out, errOut io.Writer, o benchOptions) error 
 		if srv != nil {
 			greeterv1.RegisterGreeterServer(srv, greeter.Server{})
 		}
-	case "async":
+	case o.mode == "async":
 		r.service, r.method = ordersv1.Orders_ServiceInfo.Name, ordersv1.Orders_ServiceInfo.Name+"/ShipOrder"
 		ordersClient := ordersv1.NewOrdersClient(client)
 		address := strings.Repeat("x", o.payload)

@@ -47,7 +47,10 @@ func (r *benchRun) waitReady(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if tunnel.CodeOf(err) != tunnel.Unavailable || time.Now().After(deadline) {
+		if code := tunnel.CodeOf(err); code != tunnel.Unavailable {
+			return failed(fmt.Errorf("the first call of %s failed, so bench measures nothing: %w", r.method, err))
+		}
+		if time.Now().After(deadline) {
 			if r.o.noServer {
 				return fmt.Errorf("no server of %s answers on this Redis (start one, or drop --no-server to run one in this process): %w", r.service, err)
 			}

@@ -24,9 +24,9 @@ import (
 )
 
 // callDefaultTimeout bounds a call whose method sets no timeout and whose
-// --timeout is not given: shorter than a program's default, since a person
-// is waiting.
-const callDefaultTimeout = 10 * time.Second
+// --timeout is not given: the library's default, so that rpr call behaves
+// as a program's call of the method does.
+const callDefaultTimeout = tunnel.DefaultCallTimeout
 
 func newCallCommand() *cobra.Command {
 	var rf redisFlags
@@ -45,7 +45,8 @@ service's servers published to Redis, so no .proto file or generated code
 is needed.
 
 The deadline is --timeout, else the method's (rpr.v1.method) or
-(rpr.v1.service) timeout, else 10s.
+(rpr.v1.service) timeout, else ` + callDefaultTimeout.String() + ` (tunnel.DefaultCallTimeout, as for
+a program's calls).
 
 A server-streaming method takes its one request the same way and prints
 each reply as one line of JSON as it arrives, until the server ends the
@@ -54,28 +55,29 @@ method reads its requests as JSON lines, one request per line, from stdin
 (or - or @file) and sends each as it is read; it prints the one reply
 (client streaming) or each reply as it arrives (bidi). Without --timeout
 a stream has no deadline; only the wait for a server to take it is
-bounded (10s).
+bounded (` + callDefaultTimeout.String() + `).
 
 An async method ((rpr.v1.method).async) is enqueued, not waited for: call
 returns as soon as the request is durably in Redis and prints its receipt
-as JSON (requestId, idempotencyKey, processAt). A server runs it later and
+as JSON (request_id, idempotency_key, process_at). A server runs it later and
 retries it under the method's retry policy; --timeout then limits each
 attempt of the handler. --idempotency-key deduplicates (at most one request
 with a key succeeds), --delay schedules the request for later; both apply
 to async methods only.
 
 Exit status: 0 when the call succeeds (or an async request is queued); 1
-when it fails (its code, message and details go to stderr); 2 when it
-cannot be made (Redis unreachable, no published schema, unknown method,
-request that does not match the input message, flags that do not apply to
-the method).`,
+when it fails (its code, message and details go to stderr) or Redis knows
+no such service, schema or method; 2 when it cannot be made (Redis
+unreachable, a request that does not match the input message, flags that
+do not apply to the method).`,
 		Example: `  rpr call examples.greeter.v1.Greeter/SayHello '{"name": "Ada"}'
   rpr call -H tenant:acme --timeout 2s examples.greeter.v1.Greeter/SayHello @req.json
   echo '{"name": "Ada"}' | rpr call examples.greeter.v1.Greeter/SayHello -
   rpr call --idempotency-key order-42 --delay 5m shop.v1.Orders/ShipOrder '{"id": "42"}'
   rpr call examples.greeter.v1.Greeter/Countdown '{"from": 3}'          # one JSON line per reply
   printf '{"text":"hi"}\n{"text":"there"}\n' | rpr call examples.greeter.v1.Greeter/Chat -`,
-		Args: cobra.RangeArgs(1, 2),
+		Args:              usageArgs(1, 2, "rpr call pkg.Service/Method [JSON | @file | -], e.g. rpr call examples.greeter.v1.Greeter/SayHello '{\"name\": \"Ada\"}'"),
+		ValidArgsFunction: completePatterns(&rf, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			input := "" // {} for one request; stdin for a stream of them
 			if len(args) == 2 {
@@ -90,7 +92,7 @@ the method).`,
 	}
 	rf.register(cmd)
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "request metadata as key:value (repeatable)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline of the call (default: the method's timeout, else 10s); for an async method, the time limit of each attempt of its handler")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "deadline of the call (default: the method's timeout, else "+callDefaultTimeout.String()+"); for an async method, the time limit of each attempt of its handler")
 	cmd.Flags().BoolVar(&emitDefaults, "emit-defaults", false, "print response fields that hold their zero value")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the request id, response headers and trailers to stderr")
 	cmd.Flags().StringVar(&idempotencyKey, "idempotency-key", "", "async methods only: key the request is deduplicated by (default: its request id)")
@@ -123,9 +125,9 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 		return err
 	}
 	defer rdb.Close()
-	target, err := loadTarget(setupCtx, rf.handle(rdb), targetArg)
+	target, err := loadTarget(setupCtx, rf.handle(rdb), rf.url, targetArg)
 	if err != nil {
-		return badInput(err)
+		return err
 	}
 	if target.method == nil {
 		return badInput(fmt.Errorf("name a method to call, as %s/Method; %s has: %s",
@@ -237,9 +239,9 @@ func runEnqueue(cmd *cobra.Command, client *tunnel.Client, method *tunnel.Method
 		return exitError{code: exitFailed}
 	}
 	text, err := json.MarshalIndent(struct {
-		RequestID      string `json:"requestId"`
-		IdempotencyKey string `json:"idempotencyKey"`
-		ProcessAt      string `json:"processAt"`
+		RequestID      string `json:"request_id"`
+		IdempotencyKey string `json:"idempotency_key"`
+		ProcessAt      string `json:"process_at"`
 	}{receipt.RequestID, receipt.IdempotencyKey, receipt.ProcessAt.UTC().Format(time.RFC3339Nano)}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("request queued as %s but its receipt cannot be shown as JSON: %w", receipt.RequestID, err)

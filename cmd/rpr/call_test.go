@@ -117,13 +117,13 @@ func TestCallGreeter(t *testing.T) {
 		}
 	}
 
-	// Unknown names: exit 2 with what exists.
+	// Names Redis does not know: exit 1 (the look-up failed) with what exists.
 	res = runCLI(t, "", "call", "--redis", url, greeterService+"/SayBye", `{}`)
-	if res.code != 2 || !strings.Contains(res.stderr, `no method "SayBye"`) || !strings.Contains(res.stderr, "SayHello, SlowHello") {
+	if res.code != 1 || !strings.Contains(res.stderr, `no method "SayBye"`) || !strings.Contains(res.stderr, "SayHello, SlowHello") {
 		t.Errorf("unknown method: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = runCLI(t, "", "call", "--redis", url, "examples.greeter.v1.Nobody/SayHello", `{}`)
-	if res.code != 2 || !strings.Contains(res.stderr, "no published schema") || !strings.Contains(res.stderr, "start a server") {
+	if res.code != 1 || !strings.Contains(res.stderr, "unknown service examples.greeter.v1.Nobody; known: "+greeterService+" (rpr ls lists them)") {
 		t.Errorf("unknown service: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = runCLI(t, "", "call", "--redis", url, "-H", "novalue", greeterService+"/SayHello", `{}`)
@@ -138,7 +138,7 @@ func TestCallGreeter(t *testing.T) {
 func TestCallUsesOnlyThePublishedSchema(t *testing.T) {
 	rs := redistest.Start(t)
 	startGreeter(t, rs, "greeter-1")
-	target, err := loadTarget(context.Background(), admin.New(rs.Client(t), admin.Options{}), greeterService+"/SayHello")
+	target, err := loadTarget(context.Background(), admin.New(rs.Client(t), admin.Options{}), rs.URL(), greeterService+"/SayHello")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,9 +332,9 @@ func publishMailerSchema(t *testing.T, rs *redistest.Server, maxBacklog uint64) 
 
 // callReceipt is what rpr call prints for an async method.
 type callReceipt struct {
-	RequestID      string    `json:"requestId"`
-	IdempotencyKey string    `json:"idempotencyKey"`
-	ProcessAt      time.Time `json:"processAt"`
+	RequestID      string    `json:"request_id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	ProcessAt      time.Time `json:"process_at"`
 }
 
 func TestCallAsyncEnqueues(t *testing.T) {
@@ -417,5 +417,17 @@ func TestCallAsyncBacklogFull(t *testing.T) {
 		if res.code != 1 || !strings.Contains(res.stderr, want) {
 			t.Errorf("call over the backlog cap: exit %d, stderr %q; want 1 and %q", res.code, res.stderr, want)
 		}
+	}
+}
+
+// TestCallDefaultTimeoutIsTheLibrarys: without --timeout or a method's
+// own, rpr call waits as long as a program's call does.
+func TestCallDefaultTimeoutIsTheLibrarys(t *testing.T) {
+	if callDefaultTimeout != tunnel.DefaultCallTimeout {
+		t.Errorf("rpr call's default timeout %v; the library's is %v", callDefaultTimeout, tunnel.DefaultCallTimeout)
+	}
+	res := runCLI(t, "", "call", "--help")
+	if want := "else " + tunnel.DefaultCallTimeout.String() + " (tunnel.DefaultCallTimeout"; !strings.Contains(res.stdout, want) {
+		t.Errorf("rpr call --help does not say %q:\n%s", want, res.stdout)
 	}
 }

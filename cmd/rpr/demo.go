@@ -34,8 +34,8 @@ past its deadline) and two async ones (an order the server ships after the
 client has moved on, and one it refuses for good, which lands in the
 dead-letter queue).
 
-Without --redis it uses an embedded, in-memory Redis (for the demo only;
-tests and production use a real redis-server).`,
+Without --redis (or $RPR_REDIS_URL) it uses an embedded, in-memory Redis
+(for the demo only; tests and production use a real redis-server).`,
 		Example: `  rpr demo
   rpr demo --redis redis://127.0.0.1:6379/0`,
 		Args: cobra.NoArgs,
@@ -43,7 +43,7 @@ tests and production use a real redis-server).`,
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), redisURL, verbose)
 		},
 	}
-	cmd.Flags().StringVar(&redisURL, "redis", "", "Redis URL (redis:// or rediss://); default: an embedded Redis")
+	registerEmbeddedRedis(cmd, &redisURL)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "show the server's and client's log lines")
 	return cmd
 }
@@ -69,7 +69,7 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 	// The server side: it reaches only Redis.
 	serverRedis, err := tunnel.Open(ctx, redisURL)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	defer serverRedis.Close()
 	srv, err := tunnel.NewServer(serverRedis, tunnel.ServerOptions{Logger: logger})
@@ -90,7 +90,7 @@ func runDemo(ctx context.Context, out io.Writer, redisURL string, verbose bool) 
 	// The client side: its own connection to the same Redis, nothing else.
 	clientRedis, err := tunnel.Open(ctx, redisURL)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	defer clientRedis.Close()
 	client, err := tunnel.NewClient(clientRedis, tunnel.ClientOptions{BizCode: "DEMO", Logger: logger})

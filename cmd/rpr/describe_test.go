@@ -47,11 +47,11 @@ func TestDescribe(t *testing.T) {
 	}
 
 	res = runCLI(t, "", "describe", "--redis", rs.URL(), greeterService+"/Nope")
-	if res.code == 0 || !strings.Contains(res.stderr, `no method "Nope"`) {
+	if res.code != 1 || !strings.Contains(res.stderr, `no method "Nope"`) {
 		t.Errorf("unknown method: exit %d, stderr %q", res.code, res.stderr)
 	}
 	res = runCLI(t, "", "describe", "--redis", rs.URL(), "nope.v1.Nope")
-	if res.code == 0 || !strings.Contains(res.stderr, "no published schema") {
+	if res.code != 1 || !strings.Contains(res.stderr, "unknown service nope.v1.Nope; known: "+greeterService+" (rpr ls lists them)") {
 		t.Errorf("unknown service: exit %d, stderr %q", res.code, res.stderr)
 	}
 }
@@ -163,5 +163,22 @@ enum rprtest.shapes.v1.Status {
 `
 	if res.code != 0 || res.stdout != want {
 		t.Errorf("exit %d, stderr %q, stdout:\n%s\nwant:\n%s", res.code, res.stderr, res.stdout, want)
+	}
+}
+
+// TestNoPublishedSchemaSaysWhere: for a service Redis knows (by its
+// workers) but holds no schema of, describe and call say where they
+// looked, the Redis and its database, and which services are known there.
+func TestNoPublishedSchemaSaysWhere(t *testing.T) {
+	rs := redistest.Start(t)
+	heartbeat(t, rs, "old.v1.Legacy")
+	startGreeter(t, rs, "schema-where")
+	for _, args := range [][]string{{"describe", "old.v1.Legacy"}, {"call", "old.v1.Legacy/Get", "{}"}} {
+		res := runCLI(t, "", append(args, "--redis", rs.URL())...)
+		for _, want := range []string{"no published schema", "looked in " + rs.URL() + " (database 0) under prefix \"rpr:v1:\"", "services known there: " + greeterService + ", old.v1.Legacy"} {
+			if res.code != 1 || !strings.Contains(res.stderr, want) {
+				t.Errorf("rpr %s: want exit 1 and %q; %v", args[0], want, res)
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +59,7 @@ type dlqTarget struct {
 	streams []string // the dead-letter streams, one per shard
 	key     string   // the streams, as messages name them
 	queue   *admin.DeadLetters
+	url     string // the --redis URL, for messages
 }
 
 // checkService refuses a SERVICE argument that cannot be a service name.
@@ -92,7 +94,7 @@ func openDLQ(ctx context.Context, rf redisFlags, service string) (*dlqTarget, er
 	}
 	return &dlqTarget{
 		rdb: rdb, a: a, svc: svc, service: service, streams: streams, key: describeStreams(streams),
-		queue: queue,
+		queue: queue, url: rf.url,
 	}, nil
 }
 
@@ -128,23 +130,17 @@ func (t *dlqTarget) redisNow(ctx context.Context) time.Time {
 	return now
 }
 
-// unknownServiceHint says, when the service is not known under the prefix,
-// that its name may be wrong; "" otherwise.
-func (t *dlqTarget) unknownServiceHint(ctx context.Context) string {
-	return unknownServiceHint(ctx, t.a, t.service)
-}
-
-// notFound is the error for ids the DLQ does not have.
+// notFound is the error for ids the DLQ does not have; for a service
+// Redis does not know at all, the unknown-service error instead.
 func (t *dlqTarget) notFound(ctx context.Context, ids []string) error {
+	if names, err := t.a.Services(ctx); err == nil && !slices.Contains(names, t.service) {
+		return unknownService(t.a, t.url, t.service, names)
+	}
 	what := "no dead letter " + ids[0]
 	if len(ids) > 1 {
 		what = "no dead letters " + strings.Join(ids, ", ")
 	}
-	msg := fmt.Sprintf("%s in the DLQ of %s (%s): replayed or dropped already, or a mistyped id; list them with: rpr dlq ls %s", what, t.service, t.key, t.service)
-	if hint := t.unknownServiceHint(ctx); hint != "" {
-		msg += "\nnote: " + hint
-	}
-	return errors.New(msg)
+	return fmt.Errorf("%s in the DLQ of %s (%s): replayed or dropped already, or a mistyped id; list them with: rpr dlq ls %s", what, t.service, t.key, t.service)
 }
 
 // isEntryID reports whether id is a dead letter's entry id ("1764434400123-0"

@@ -31,7 +31,8 @@ or when an ID named is not in the DLQ (nothing is dropped); 2 on bad input.`,
 		Example: `  rpr dlq drop examples.orders.v1.Orders 1764434400123-0
   rpr dlq drop examples.orders.v1.Orders --code INVALID_ARGUMENT --older-than 7d
   rpr dlq drop examples.orders.v1.Orders --all --yes`,
-		Args: usageArgs(1, -1, "rpr dlq drop SERVICE (ID... | --all | filters), e.g. rpr dlq drop examples.orders.v1.Orders 1764434400123-0"),
+		Args:              usageArgs(1, -1, "rpr dlq drop SERVICE (ID... | --all | filters), e.g. rpr dlq drop examples.orders.v1.Orders 1764434400123-0"),
+		ValidArgsFunction: completeServices(&f.rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			t, letters, err := f.selected(cmd, args, "drop")

@@ -41,7 +41,8 @@ service's published schema when Redis has it, and always as base64).`,
 		Example: `  rpr dlq ls examples.orders.v1.Orders
   rpr dlq ls examples.orders.v1.Orders --method Charge --code UNAVAILABLE --newer-than 1h
   rpr dlq ls examples.orders.v1.Orders --older-than 2d --limit 0 -o json | jq '.dead_letters[].request_id'`,
-		Args: usageArgs(1, 1, "rpr dlq ls SERVICE, e.g. rpr dlq ls examples.orders.v1.Orders"),
+		Args:              usageArgs(1, 1, "rpr dlq ls SERVICE, e.g. rpr dlq ls examples.orders.v1.Orders"),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkService(args[0]); err != nil {
 				return err
@@ -93,6 +94,12 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 			return err
 		}
 	}
+	if total == 0 {
+		// Nothing there: perhaps a mistyped name.
+		if err := requireService(ctx, t.a, t.url, t.service); err != nil {
+			return err
+		}
+	}
 	now := t.redisNow(ctx)
 	if asJSON {
 		dec := newPayloadDecoder(ctx, t)
@@ -114,9 +121,6 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 	switch {
 	case total == 0:
 		fmt.Fprintf(out, "%s has no dead letters (%s)\n", t.service, t.empty())
-		if hint := t.unknownServiceHint(ctx); hint != "" {
-			fmt.Fprintf(out, "note: %s\n", hint)
-		}
 		return nil
 	case len(letters) == 0:
 		fmt.Fprintf(out, "none of the %d dead letters of %s match %s\n", total, t.service, sel.describe())

@@ -50,7 +50,8 @@ replayed) or cannot be replayed; 2 on bad input.`,
   rpr dlq replay examples.orders.v1.Orders --code UNAVAILABLE --newer-than 2h
   rpr dlq replay examples.orders.v1.Orders --all --dry-run
   rpr dlq replay examples.orders.v1.Orders --all`,
-		Args: usageArgs(1, -1, "rpr dlq replay SERVICE (ID... | --all | filters), e.g. rpr dlq replay examples.orders.v1.Orders --all"),
+		Args:              usageArgs(1, -1, "rpr dlq replay SERVICE (ID... | --all | filters), e.g. rpr dlq replay examples.orders.v1.Orders --all"),
+		ValidArgsFunction: completeServices(&f.rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, ids := cmd.Context(), args[1:]
 			t, letters, err := f.selected(cmd, args, "replay")

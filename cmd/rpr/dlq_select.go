@@ -144,8 +144,7 @@ func (f *selectFlags) selected(cmd *cobra.Command, args []string, verb string) (
 	out := cmd.OutOrStdout()
 	switch {
 	case len(letters) == 0:
-		nothingSelected(out, t, &f.sel, verb)
-		return t, nil, nil
+		return t, nil, nothingSelected(ctx, out, t, &f.sel, verb)
 	case f.dryRun:
 		fmt.Fprintf(out, "would %s %s of %s (dry run: nothing changed):\n", verb, count(len(letters), "dead letter"), t.service)
 		printBreakdown(out, letters)
@@ -154,13 +153,21 @@ func (f *selectFlags) selected(cmd *cobra.Command, args []string, verb string) (
 	return t, letters, nil
 }
 
-// nothingSelected says that a filter or --all selected no dead letter.
-func nothingSelected(out io.Writer, t *dlqTarget, sel *dlqSelection, verb string) {
+// nothingSelected says that a filter or --all selected no dead letter; an
+// empty DLQ of a service Redis does not know is the unknown-service
+// error.
+func nothingSelected(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelection, verb string) error {
+	if total, err := t.queue.Len(ctx); err == nil && total == 0 {
+		if err := requireService(ctx, t.a, t.url, t.service); err != nil {
+			return err
+		}
+	}
 	if sel.filtered() {
 		fmt.Fprintf(out, "nothing to %s: no dead letter of %s matches %s\n", verb, t.service, sel.describe())
-		return
+		return nil
 	}
 	fmt.Fprintf(out, "nothing to %s: %s has no dead letters (%s)\n", verb, t.service, t.empty())
+	return nil
 }
 
 // printBreakdown summarizes letters by method and code, largest group first.

@@ -46,7 +46,8 @@ payload as JSON, decoded with the schema the service's servers published
 Exit status: 0 when shown; 1 when the DLQ has no such letter; 2 on bad input.`,
 		Example: `  rpr dlq show examples.orders.v1.Orders 1764434400123-0
   rpr dlq show examples.orders.v1.Orders 20261129-ORD1-1764434400123-K7P2QXM4RT -o json`,
-		Args: usageArgs(2, 2, "rpr dlq show SERVICE ID, e.g. rpr dlq show examples.orders.v1.Orders 1764434400123-0"),
+		Args:              usageArgs(2, 2, "rpr dlq show SERVICE ID, e.g. rpr dlq show examples.orders.v1.Orders 1764434400123-0"),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkService(args[0]); err != nil {
 				return err

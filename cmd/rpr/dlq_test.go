@@ -170,7 +170,7 @@ func TestDlqPoisonMessageStory(t *testing.T) {
 		t.Errorf("show of a malformed id:\n%s", res)
 	}
 	res = w.dlq("", "show", "rprtest.jobs.v1.Jbos", "1-1")
-	if res.code != 1 || !strings.Contains(res.stderr, "no service rprtest.jobs.v1.Jbos is known") || !strings.Contains(res.stderr, "known: "+jobsSvc) {
+	if res.code != 1 || !strings.Contains(res.stderr, "unknown service rprtest.jobs.v1.Jbos; known: "+jobsSvc+" (rpr ls lists them)") {
 		t.Errorf("show in a mistyped service:\n%s", res)
 	}
 

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -21,9 +22,56 @@ type redisFlags struct {
 	url, prefix string
 }
 
+// The environment variables the --redis and --prefix flags of every
+// command default to, so that a shell or a script names its deployment
+// once.
+const (
+	envRedisURL = "RPR_REDIS_URL"
+	envPrefix   = "RPR_PREFIX"
+)
+
+// defaultRedisURL is the Redis the commands that read a deployment reach
+// when neither --redis nor $RPR_REDIS_URL names one.
+const defaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// redisURLHelp is the help of every --redis flag.
+const redisURLHelp = "Redis URL: redis://host:port/db, rediss:// (TLS), redis://h1:p1,h2:p2 (Cluster seed nodes) or redis+sentinel://h1:p1,h2:p2/master"
+
 func (f *redisFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.url, "redis", "redis://127.0.0.1:6379/0", "Redis URL: redis://host:port/db, rediss:// (TLS), redis://h1:p1,h2:p2 (Cluster seed nodes) or redis+sentinel://h1:p1,h2:p2/master")
-	cmd.Flags().StringVar(&f.prefix, "prefix", tunnel.DefaultPrefix, "key prefix the services use")
+	cmd.Flags().StringVar(&f.url, "redis", envOr(envRedisURL, defaultRedisURL), redisURLHelp+"; $"+envRedisURL+" sets the default")
+	redactDefault(cmd)
+	registerPrefix(cmd, &f.prefix)
+}
+
+// redactDefault shows the default of cmd's --redis flag in its help with
+// the password masked: $RPR_REDIS_URL may hold one.
+func redactDefault(cmd *cobra.Command) {
+	if fl := cmd.Flags().Lookup("redis"); fl != nil && fl.DefValue != "" {
+		fl.DefValue = tunnel.RedactURL(fl.DefValue)
+	}
+}
+
+// registerPrefix adds the --prefix flag, defaulting to $RPR_PREFIX, else
+// tunnel.DefaultPrefix.
+func registerPrefix(cmd *cobra.Command, prefix *string) {
+	cmd.Flags().StringVar(prefix, "prefix", envOr(envPrefix, tunnel.DefaultPrefix), "key prefix the services use; $"+envPrefix+" sets the default")
+}
+
+// registerEmbeddedRedis adds the --redis flag of a command that runs an
+// embedded Redis of its own when none is named (demo, bench): it defaults
+// to $RPR_REDIS_URL, else "" (embedded).
+func registerEmbeddedRedis(cmd *cobra.Command, url *string) {
+	cmd.Flags().StringVar(url, "redis", os.Getenv(envRedisURL), redisURLHelp+"; default $"+envRedisURL+", else an embedded in-memory Redis in this process (not representative)")
+	redactDefault(cmd)
+}
+
+// envOr is the environment variable name, else def when it is unset or
+// empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // open connects to the --redis URL. Failing to is exit status 2, as for

@@ -27,7 +27,8 @@ stay unless --purge: those requests would never run. Clients' response
 streams stay; they expire a minute after their client.`,
 		Example: `  rpr forget examples.greeter.v1.Greeter
   rpr forget --purge acme.old.v1.Legacy`,
-		Args: usageArgs(1, 1, "rpr forget SERVICE, e.g. rpr forget examples.greeter.v1.Greeter"),
+		Args:              usageArgs(1, 1, "rpr forget SERVICE, e.g. rpr forget examples.greeter.v1.Greeter"),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkServiceName(args[0], "rpr forget examples.greeter.v1.Greeter"); err != nil {
 				return err
@@ -46,6 +47,10 @@ streams stay; they expire a minute after their client.`,
 			}
 			out := cmd.OutOrStdout()
 			if len(res.Removed) == 0 && len(res.Kept) == 0 {
+				// Nothing there: say so as every command does.
+				if err := requireService(ctx, a, rf.url, args[0]); err != nil {
+					return err
+				}
 				fmt.Fprintf(out, "%s: nothing in Redis under prefix %q\n", args[0], rf.prefix)
 				return nil
 			}

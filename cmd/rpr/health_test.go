@@ -18,8 +18,8 @@ func TestHealthExitStatus(t *testing.T) {
 	const svc = "examples.greeter.v1.Greeter"
 
 	out, code := runRPR(t, "health", "--redis", rs.URL(), svc)
-	if code != 1 || !strings.Contains(out, "NOT SERVING") {
-		t.Fatalf("no server: exit %d, output %q; want 1 and NOT SERVING", code, out)
+	if code != 1 || !strings.Contains(out, "unknown service "+svc+"; no service is known") {
+		t.Fatalf("no server ever: exit %d, output %q; want 1 and unknown service", code, out)
 	}
 
 	srv, err := tunnel.NewServer(rs.Client(t), tunnel.ServerOptions{WorkerID: "probe-target", Logger: slog.New(slog.DiscardHandler)})

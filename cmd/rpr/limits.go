@@ -78,7 +78,8 @@ the entries of its limits hash that are not valid rules (clients ignore
 those and log a warning). -o json prints the same as JSON.`,
 		Example: `  rpr limits ls examples.orders.v1.Orders
   rpr limits ls examples.orders.v1.Orders -o json | jq '.rules[].name'`,
-		Args: usageArgs(1, 1, usage),
+		Args:              usageArgs(1, 1, usage),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLimitsService(args[0], usage); err != nil {
 				return err
@@ -97,15 +98,16 @@ those and log a warning). -o json prints the same as JSON.`,
 				return badInput(err)
 			}
 			key := limits.Key()
+			if len(rules) == 0 && len(invalid) == 0 {
+				// Nothing set: perhaps a mistyped name.
+				if err := requireService(ctx, a, rf.url, args[0]); err != nil {
+					return err
+				}
+			}
 			if output == "json" {
 				return writeLimitsJSON(cmd.OutOrStdout(), args[0], key, rules, invalid)
 			}
 			printLimits(cmd.OutOrStdout(), args[0], key, rules, invalid)
-			if len(rules) == 0 && len(invalid) == 0 {
-				if hint := unknownServiceHint(ctx, a, args[0]); hint != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", hint)
-				}
-			}
 			return nil
 		},
 	}
@@ -229,7 +231,8 @@ apply it within a second. RULE is 1-64 letters, digits, '.', '_' or '-'.`,
 		Example: `  rpr limits set examples.orders.v1.Orders free --tier free --limit 10 --window 1s
   rpr limits set examples.orders.v1.Orders search --method Search --limit 5 --window 1m
   rpr limits set examples.orders.v1.Orders vip --tier vip --limit 1000 --window 1s --algorithm gcra --burst 100`,
-		Args: usageArgs(2, 2, usage),
+		Args:              usageArgs(2, 2, usage),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLimitsService(args[0], usage); err != nil {
 				return err
@@ -312,8 +315,9 @@ func newLimitsRmCommand() *cobra.Command {
 		Long: `rm deletes a rule; clients stop applying it within a second, and its
 counters expire within a window. It exits 1 when the service has no such
 rule.`,
-		Example: `  rpr limits rm examples.orders.v1.Orders free`,
-		Args:    usageArgs(2, 2, usage),
+		Example:           `  rpr limits rm examples.orders.v1.Orders free`,
+		Args:              usageArgs(2, 2, usage),
+		ValidArgsFunction: completeServices(&rf, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLimitsService(args[0], usage); err != nil {
 				return err
@@ -330,6 +334,12 @@ rule.`,
 			}
 			if !removed {
 				rules, invalid, _ := limits.List(ctx)
+				if len(rules) == 0 && len(invalid) == 0 {
+					// Nothing set: perhaps a mistyped name.
+					if err := requireService(ctx, a, rf.url, args[0]); err != nil {
+						return err
+					}
+				}
 				var names []string
 				for _, r := range rules {
 					names = append(names, r.Name)

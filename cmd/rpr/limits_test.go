@@ -18,6 +18,11 @@ func TestLimitsSetLsRm(t *testing.T) {
 	url := rs.URL()
 
 	out, code := runRPR(t, "limits", "ls", "--redis", url, limitsSvc)
+	if code != 1 || !strings.Contains(out, "unknown service "+limitsSvc) {
+		t.Fatalf("ls of no rules of a service Redis does not know: exit %d, output %q", code, out)
+	}
+	heartbeat(t, rs, limitsSvc)
+	out, code = runRPR(t, "limits", "ls", "--redis", url, limitsSvc)
 	if code != 0 || !strings.Contains(out, "has no rate limits") || !strings.Contains(out, "rpr limits set "+limitsSvc) {
 		t.Fatalf("ls of no rules: exit %d, output %q", code, out)
 	}

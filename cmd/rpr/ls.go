@@ -22,8 +22,9 @@ import (
 func newLsCommand() *cobra.Command {
 	var rf redisFlags
 	var timeout time.Duration
+	var output string
 	cmd := &cobra.Command{
-		Use:   "ls",
+		Use:   "ls [pkg.Service...]",
 		Short: "List services, their methods and their live workers",
 		Long: `ls finds every service under the prefix that has published a schema or has
 worker heartbeats, and prints for each its methods (with their flags and
@@ -38,40 +39,70 @@ removes one at once.
 
 Method flags: idempotent (idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS:
 safe to retry and re-run after a crash), async ((rpr.v1.method).async),
-server-streaming, client-streaming, bidi-streaming, deprecated.`,
-		Example: `  rpr ls --redis redis://10.0.0.5:6379/0`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+server-streaming, client-streaming, bidi-streaming, deprecated.
+
+Naming services lists only those (exit status 1 for a name Redis does not
+know). -o json prints the same as JSON.`,
+		Example: `  rpr ls --redis redis://10.0.0.5:6379/0
+  rpr ls examples.greeter.v1.Greeter
+  rpr ls -o json | jq -r '.services[].name'`,
+		Args:              cobra.ArbitraryArgs,
+		ValidArgsFunction: completeServices(&rf, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range args {
+				if err := checkServiceName(name, "rpr ls examples.greeter.v1.Greeter"); err != nil {
+					return err
+				}
+			}
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
 			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			names, err := a.Services(ctx)
-			if err != nil {
-				return badInput(err)
+			names := args
+			if len(names) == 0 {
+				if names, err = a.Services(ctx); err != nil {
+					return badInput(err)
+				}
+			}
+			for _, name := range args {
+				if err := requireService(ctx, a, rf.url, name); err != nil {
+					return err
+				}
 			}
 			out := cmd.OutOrStdout()
-			if len(names) == 0 {
+			if len(names) == 0 && output != "json" {
 				fmt.Fprintf(out, "no services under prefix %q (servers publish themselves when they start; check --redis and --prefix)\n", rf.prefix)
 				return nil
 			}
+			doc := lsDoc{Services: []lsService{}}
 			for i, name := range names {
-				if i > 0 {
-					fmt.Fprintln(out)
-				}
 				svc := a.Service(name)
 				h, err := svc.Health(ctx)
 				if err != nil {
 					return badInput(err)
 				}
 				sd, schemaErr := svc.Schema(ctx)
+				if output == "json" {
+					doc.Services = append(doc.Services, lsServiceJSON(h, sd, schemaErr))
+					continue
+				}
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
 				printService(out, h, sd, schemaErr)
+			}
+			if output == "json" {
+				return writeJSON(out, doc)
 			}
 			return nil
 		},
 	}
 	rf.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up on Redis after this long")
 	return cmd
 }
@@ -125,6 +156,61 @@ func printService(out io.Writer, h admin.Health, sd protoreflect.ServiceDescript
 			orDash(w.Schema), workerMethods(w, sd), time.Since(w.LastBeat).Round(100*time.Millisecond))
 	}
 	tw.Flush()
+}
+
+// lsDoc is -o json of rpr ls.
+type lsDoc struct {
+	Services []lsService `json:"services"`
+}
+
+// lsService is one service of rpr ls -o json.
+type lsService struct {
+	Name        string       `json:"name"`
+	Serving     bool         `json:"serving"`
+	LiveWorkers int          `json:"live_workers"`
+	Methods     []lsMethod   `json:"methods"`
+	SchemaError string       `json:"schema_error,omitempty"`
+	Workers     []workerJSON `json:"workers"`
+}
+
+// lsMethod is one method of rpr ls -o json.
+type lsMethod struct {
+	Name     string   `json:"name"`
+	Flags    []string `json:"flags"`
+	Timeout  string   `json:"timeout,omitempty"`
+	ServedBy string   `json:"served_by"`
+	Request  string   `json:"request"`
+	Response string   `json:"response"`
+}
+
+func lsServiceJSON(h admin.Health, sd protoreflect.ServiceDescriptor, schemaErr error) lsService {
+	s := lsService{Name: h.Service, Serving: h.Serving(), Methods: []lsMethod{}, Workers: workersJSON(h.Workers)}
+	for _, w := range h.Workers {
+		if w.Live {
+			s.LiveWorkers++
+		}
+	}
+	if sd == nil {
+		if schemaErr != nil {
+			s.SchemaError = schemaErr.Error()
+		}
+		return s
+	}
+	for i := range sd.Methods().Len() {
+		md := sd.Methods().Get(i)
+		m := lsMethod{
+			Name: string(md.Name()), Flags: []string{}, ServedBy: servedBy(h, string(md.Name())),
+			Request: string(md.Input().FullName()), Response: string(md.Output().FullName()),
+		}
+		if f := methodFlags(md); f != "-" {
+			m.Flags = strings.Split(f, ",")
+		}
+		if desc, err := tunnel.MethodDescFor(md); err == nil && desc.Timeout > 0 {
+			m.Timeout = desc.Timeout.String()
+		}
+		s.Methods = append(s.Methods, m)
+	}
+	return s
 }
 
 // servedBy says which live workers serve method: "all" of them, some by

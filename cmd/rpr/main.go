@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/rprtunnel/rpr/tunnel"
 )
 
 func main() {
@@ -33,7 +35,17 @@ func newRootCommand() *cobra.Command {
 other but can both reach one Redis. Services are defined in .proto files;
 buf generate produces a client and a server; calls travel over Redis Streams.
 
-Start with "rpr demo".`,
+Start with "rpr demo".
+
+Every command that reads or changes a deployment takes --redis, default
+$RPR_REDIS_URL (else redis://127.0.0.1:6379/0; demo and bench run an
+embedded Redis instead), and --prefix, default $RPR_PREFIX (else rpr:v1:).
+
+Exit status, the same for every command: 0 done; 1 the operation failed
+(a failed call, no live worker, an unknown service or id, a refused
+change); 2 usage or connection error (an unknown command or flag, wrong
+arguments, a Redis rpr cannot reach or read).`,
+		Version:       tunnel.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -56,7 +68,11 @@ Start with "rpr demo".`,
 		newUpstreamsCommand(),
 		newIngressCommand(),
 		newEgressCommand(),
+		newVersionCommand(),
 	)
+	root.SetVersionTemplate("rpr {{.Version}}\n")
+	root.InitDefaultCompletionCmd()
+	strictUsage(root)
 	return root
 }
 

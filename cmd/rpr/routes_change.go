@@ -147,6 +147,12 @@ default lane (--drain-to; --no-drain leaves them).`,
 			if err != nil {
 				return badInput(err)
 			}
+			if !removed && len(before) == 0 {
+				// Nothing set: perhaps a mistyped name.
+				if err := requireService(ctx, t.a, rf.url, service); err != nil {
+					return err
+				}
+			}
 			if !removed {
 				has := "it has none"
 				if len(before) > 0 {

@@ -66,6 +66,12 @@ a route or server; drain is for doing it by hand.`,
 			if err != nil {
 				return failed(err)
 			}
+			if res.Moved == 0 && res.Left == 0 {
+				// Nothing there: perhaps a mistyped name.
+				if err := requireService(ctx, t.a, rf.url, t.service); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: moved %d request%s from lane %s to lane %s; %d left",
 				t.service, res.Moved, plural(int(res.Moved)), from, to, res.Left)
 			if st, _ := laneStatus(lanes, from); res.Left > 0 && st.LiveWorkers > 0 {
@@ -74,11 +80,6 @@ a route or server; drain is for doing it by hand.`,
 			fmt.Fprintln(cmd.OutOrStdout())
 			if st, _ := laneStatus(lanes, to); st.LiveWorkers == 0 && res.Moved > 0 {
 				fmt.Fprintf(errOut, "warning: lane %s has no live server: the moved requests wait there until one runs them\n", to)
-			}
-			if res.Moved == 0 && res.Left == 0 {
-				if hint := unknownServiceHint(ctx, t.a, t.service); hint != "" {
-					fmt.Fprintf(errOut, "note: %s\n", hint)
-				}
 			}
 			return nil
 		},

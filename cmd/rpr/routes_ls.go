@@ -63,16 +63,16 @@ same as JSON.`,
 			if err != nil {
 				return badInput(err)
 			}
+			if len(routes) == 0 && invalid == nil {
+				// Nothing set: perhaps a mistyped name.
+				if err := requireService(ctx, t.a, rf.url, t.service); err != nil {
+					return err
+				}
+			}
 			if output == "json" {
 				return writeRoutesJSON(cmd.OutOrStdout(), t.service, routes, invalid, lanes)
 			}
-			out := cmd.OutOrStdout()
-			printRoutes(out, t.service, routes, invalid, lanes)
-			if len(routes) == 0 && invalid == nil {
-				if hint := unknownServiceHint(ctx, t.a, t.service); hint != "" {
-					fmt.Fprintf(out, "note: %s\n", hint)
-				}
-			}
+			printRoutes(cmd.OutOrStdout(), t.service, routes, invalid, lanes)
 			return nil
 		},
 	}

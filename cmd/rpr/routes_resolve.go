@@ -54,6 +54,12 @@ lanes with no live server, where such a call would fail. Nothing is sent.`,
 			if err != nil {
 				return badInput(err)
 			}
+			if d.Rule == nil {
+				// No route of its own: perhaps a mistyped name.
+				if err := requireService(ctx, t.a, rf.url, service); err != nil {
+					return err
+				}
+			}
 			_, invalid, err := t.list(ctx) // for the note on entries clients skip
 			if err != nil {
 				return err

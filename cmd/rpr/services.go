@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/admin"
+	"github.com/rprtunnel/rpr/tunnel"
 )
 
 // checkServiceName refuses a SERVICE argument that cannot be a service
@@ -37,10 +39,10 @@ func checkServiceName(arg, example string) error {
 const completionTimeout = 2 * time.Second
 
 // completeServices completes a SERVICE argument from the services known
-// under the prefix.
+// under the prefix, for the first maxArgs arguments (-1: every one).
 func completeServices(rf *redisFlags, maxArgs int) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) >= maxArgs {
+		if maxArgs >= 0 && len(args) >= maxArgs {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		ctx, a, done, err := rf.connect(cmd, completionTimeout)
@@ -132,15 +134,64 @@ func methodHint(ctx context.Context, svc *admin.Service, method string) string {
 }
 
 // unknownServiceHint says, when service is not known under the handle's
-// prefix, that its name may be wrong; "" otherwise.
+// prefix, that its name may be wrong, in the words of unknownService; ""
+// otherwise. Commands that change a service's settings note it and go on
+// (a setting may be made before the service's first server starts).
 func unknownServiceHint(ctx context.Context, a *admin.Client, service string) string {
 	names, err := a.Services(ctx)
 	if err != nil || slices.Contains(names, service) {
 		return ""
 	}
-	hint := fmt.Sprintf("no service %s is known under prefix %q (no published schema or worker heartbeats): check the name", service, a.Prefix())
-	if len(names) > 0 {
-		hint += "; known: " + strings.Join(names, ", ")
+	return unknownService(a, "", service, names).Error()
+}
+
+// requireService fails when service is not known under the prefix of a
+// (no published schema, no worker heartbeats): exit status 1, with the
+// services that are known (unknownService). Redis that cannot be read is
+// exit status 2. url is the --redis URL, named when no service is known.
+func requireService(ctx context.Context, a *admin.Client, url, service string) error {
+	names, err := a.Services(ctx)
+	if err != nil {
+		return badInput(err)
 	}
-	return hint
+	if slices.Contains(names, service) {
+		return nil
+	}
+	return failed(unknownService(a, url, service, names))
+}
+
+// requireServiceOrData is requireService for the commands that show what
+// a service left in Redis (stats, top): a service Redis knows no worker or
+// schema of passes while its queues hold requests or dead letters.
+func requireServiceOrData(ctx context.Context, a *admin.Client, url, service string) error {
+	err := requireService(ctx, a, url, service)
+	var exit exitError
+	if err == nil || !errors.As(err, &exit) || exit.code != exitFailed {
+		return err
+	}
+	lanes, statsErr := a.Service(service).LaneStats(ctx)
+	if statsErr != nil {
+		return badInput(statsErr)
+	}
+	for _, l := range lanes {
+		if l.Length > 0 || l.Retrying > 0 || l.DeadLetters > 0 || l.Consumers > 0 {
+			return nil
+		}
+	}
+	return err
+}
+
+// unknownService is the one error of every command for a service name
+// Redis does not know: "unknown service acme.Nope; known: a.B, c.D (rpr ls
+// lists them)", or, when none is known, where rpr looked (the redacted
+// URL, when url is not "", and the prefix).
+func unknownService(a *admin.Client, url, service string, known []string) error {
+	if len(known) > 0 {
+		return fmt.Errorf("unknown service %s; known: %s (rpr ls lists them)", service, strings.Join(known, ", "))
+	}
+	where := fmt.Sprintf("under prefix %q", a.Prefix())
+	if url != "" {
+		where += " at " + tunnel.RedactURL(url)
+	}
+	return fmt.Errorf("unknown service %s; no service is known %s (servers publish themselves when they start: check --redis and --prefix)", service, where)
 }

@@ -40,6 +40,7 @@ refuses while a shard that would go still holds requests. See docs/operations.md
 func newShardsGetCommand() *cobra.Command {
 	var rf redisFlags
 	var timeout time.Duration
+	var output string
 	const example = "rpr shards get examples.orders.v1.Orders"
 	cmd := &cobra.Command{
 		Use:               "get SERVICE",
@@ -52,6 +53,9 @@ func newShardsGetCommand() *cobra.Command {
 			if err := checkServiceName(args[0], example); err != nil {
 				return err
 			}
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
 			ctx, a, done, err := rf.connect(cmd, timeout)
 			if err != nil {
 				return err
@@ -61,17 +65,24 @@ func newShardsGetCommand() *cobra.Command {
 			if err != nil {
 				return badInput(err)
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%s: %d shard%s\n", args[0], n, plural(n))
 			if n == 1 {
-				if hint := unknownServiceHint(ctx, a, args[0]); hint != "" {
-					fmt.Fprintf(out, "note: %s\n", hint)
+				// Not sharded, or not there: perhaps a mistyped name.
+				if err := requireService(ctx, a, rf.url, args[0]); err != nil {
+					return err
 				}
 			}
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), struct {
+					Service string `json:"service"`
+					Shards  int    `json:"shards"`
+				}{args[0], n})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d shard%s\n", args[0], n, plural(n))
 			return nil
 		},
 	}
 	rf.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "give up on Redis after this long")
 	return cmd
 }

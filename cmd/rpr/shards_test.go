@@ -22,6 +22,10 @@ func TestShardsGetSet(t *testing.T) {
 		return runCLI(t, "", append([]string{"shards"}, append(args, "--redis", rs.URL())...)...)
 	}
 
+	if res := shards("get", ordersService); res.code != 1 || !strings.Contains(res.stderr, "unknown service "+ordersService) {
+		t.Fatalf("get of a service Redis does not know: %v", res)
+	}
+	heartbeat(t, rs, ordersService)
 	if res := shards("get", ordersService); res.code != 0 || !strings.Contains(res.stdout, ordersService+": 1 shard\n") {
 		t.Fatalf("get of an unsharded service: %v", res)
 	}

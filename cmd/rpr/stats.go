@@ -169,12 +169,75 @@ func (f *liveViewFlags) registerLiveView(cmd *cobra.Command, intervalHelp string
 	cmd.Flags().DurationVar(&f.interval, "interval", time.Second, intervalHelp)
 }
 
-// check refuses an --interval that is not positive.
-func (f *liveViewFlags) check() error {
+// check refuses an --interval that is not positive and arguments that
+// cannot be service names.
+func (f *liveViewFlags) check(args []string) error {
 	if f.interval <= 0 {
-		return fmt.Errorf("--interval must be positive, got %v", f.interval)
+		return badInput(fmt.Errorf("--interval must be positive, got %v; e.g. --interval 2s", f.interval))
+	}
+	for _, arg := range args {
+		if err := checkServiceName(arg, "rpr stats examples.greeter.v1.Greeter"); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// services is the services named in args, each of which Redis must know,
+// else every service under the prefix.
+func (f *liveViewFlags) services(ctx context.Context, a *admin.Client, args []string) ([]string, error) {
+	if len(args) == 0 {
+		names, err := a.Services(ctx)
+		if err != nil {
+			return nil, badInput(err)
+		}
+		return names, nil
+	}
+	for _, name := range args {
+		if err := requireServiceOrData(ctx, a, f.url, name); err != nil {
+			return nil, err
+		}
+	}
+	return args, nil
+}
+
+// statsDoc is -o json of rpr stats.
+type statsDoc struct {
+	Rows []statsRowJSON `json:"rows"`
+}
+
+// statsRowJSON is one row of rpr stats -o json: the columns of the table,
+// with the oldest pending request's age in seconds.
+type statsRowJSON struct {
+	Service              string   `json:"service"`
+	Lane                 string   `json:"lane"`
+	Shards               int      `json:"shards"`
+	Length               int64    `json:"length"`
+	Lag                  int64    `json:"lag"`
+	Pending              int64    `json:"pending"`
+	OldestPendingSeconds float64  `json:"oldest_pending_seconds"`
+	Consumers            int64    `json:"consumers"`
+	LiveWorkers          int      `json:"live_workers"`
+	Retrying             int64    `json:"retrying"`
+	DeadLetters          int64    `json:"dead_letters"`
+	CallsPerSecond       *float64 `json:"calls_per_second"`
+}
+
+func writeStatsJSON(out io.Writer, rows []statsRow) error {
+	doc := statsDoc{Rows: []statsRowJSON{}}
+	for _, r := range rows {
+		row := statsRowJSON{
+			Service: r.Service, Lane: r.Lane, Shards: max(r.Shards, 1), Length: r.Length, Lag: r.Lag, Pending: r.Pending,
+			OldestPendingSeconds: r.OldestPending.Seconds(), Consumers: r.Consumers, LiveWorkers: r.LiveWorkers,
+			Retrying: r.Retrying, DeadLetters: r.DeadLetters,
+		}
+		if r.rateOK {
+			rate := r.rate
+			row.CallsPerSecond = &rate
+		}
+		doc.Rows = append(doc.Rows, row)
+	}
+	return writeJSON(out, doc)
 }
 
 // statsColumnHelp explains the columns, for both commands' --help.
@@ -198,6 +261,7 @@ Columns:
 
 func newStatsCommand() *cobra.Command {
 	var flags liveViewFlags
+	var output string
 	cmd := &cobra.Command{
 		Use:   "stats [pkg.Service...]",
 		Short: "Print the queue figures of services once (length, lag, pending, DLQ, calls/s)",
@@ -205,13 +269,20 @@ func newStatsCommand() *cobra.Command {
 sets, dead-letter streams and worker heartbeats from Redis, twice,
 --interval apart, and prints one table. With no service named it shows
 every service under --prefix that has published its schema or has worker
-heartbeats (as "rpr ls" does).
+heartbeats (as "rpr ls" does); a name Redis does not know is exit status 1.
+-o json prints the same figures as JSON, one object per row.
 
 ` + statsColumnHelp,
 		Example: `  rpr stats --redis redis://10.0.0.5:6379/0
-  rpr stats --interval 5s examples.greeter.v1.Greeter`,
+  rpr stats --interval 5s examples.greeter.v1.Greeter
+  rpr stats -o json | jq '.rows[] | select(.lag > 100)'`,
+		Args:              cobra.ArbitraryArgs,
+		ValidArgsFunction: completeServices(&flags.redisFlags, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := flags.check(); err != nil {
+			if err := flags.check(args); err != nil {
+				return err
+			}
+			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -221,11 +292,12 @@ heartbeats (as "rpr ls" does).
 			}
 			defer rdb.Close()
 			a := flags.handle(rdb)
-			services := args
-			if len(services) == 0 {
-				if services, err = a.Services(ctx); err != nil {
-					return err
-				}
+			services, err := flags.services(ctx, a, args)
+			if err != nil {
+				return err
+			}
+			if len(services) == 0 && output == "json" {
+				return writeJSON(cmd.OutOrStdout(), statsDoc{Rows: []statsRowJSON{}})
 			}
 			if len(services) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "no services under prefix %q (no published schema or worker heartbeats found)\n", flags.prefix)
@@ -234,12 +306,12 @@ heartbeats (as "rpr ls" does).
 			held := map[string][]string{}
 			for _, svc := range services {
 				if held[svc], err = heldLanes(ctx, a.Service(svc)); err != nil {
-					return err
+					return badInput(err)
 				}
 			}
 			first, err := sampleServices(ctx, a, services, held)
 			if err != nil {
-				return err
+				return badInput(err)
 			}
 			select {
 			case <-time.After(flags.interval):
@@ -248,13 +320,18 @@ heartbeats (as "rpr ls" does).
 			}
 			second, err := sampleServices(ctx, a, services, held)
 			if err != nil {
-				return err
+				return badInput(err)
 			}
-			printStats(cmd.OutOrStdout(), rowsSince(byLane(first), second))
+			rows := rowsSince(byLane(first), second)
+			if output == "json" {
+				return writeStatsJSON(cmd.OutOrStdout(), rows)
+			}
+			printStats(cmd.OutOrStdout(), rows)
 			return nil
 		},
 	}
 	flags.registerLiveView(cmd, "time between the two samples the calls/s figure compares")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
 }
 

@@ -53,7 +53,8 @@ last 30 refreshes. With no service named it shows every service under
 --prefix that has published its schema or has worker heartbeats (as "rpr ls"
 does), and picks up new ones as they appear. Lanes that hold requests but
 are neither routed nor served are looked for every 30s (a keyspace scan).
-Press q or ctrl+c to quit.
+Press q or ctrl+c to quit. top needs a terminal; in a script or a pipe
+use rpr stats.
 
 Colours: yellow is a warning, red is critical.
   OLDEST   yellow above 1m, red above 10m
@@ -65,8 +66,10 @@ Colours: yellow is a warning, red is critical.
 ` + statsColumnHelp,
 		Example: `  rpr top --redis redis://10.0.0.5:6379/0
   rpr top examples.greeter.v1.Greeter`,
+		Args:              cobra.ArbitraryArgs,
+		ValidArgsFunction: completeServices(&flags.redisFlags, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := flags.check(); err != nil {
+			if err := flags.check(args); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -75,7 +78,16 @@ Colours: yellow is a warning, red is critical.
 				return err
 			}
 			defer rdb.Close()
-			m := newTopModel(ctx, flags.handle(rdb), flags, args)
+			a := flags.handle(rdb)
+			for _, name := range args {
+				if err := requireServiceOrData(ctx, a, flags.url, name); err != nil {
+					return err
+				}
+			}
+			if !isTerminal(cmd.OutOrStdout()) || !isTerminal(cmd.InOrStdin()) {
+				return badInput(errors.New("top needs a terminal (stdin and stdout) to draw its live view; in a script or a pipe use rpr stats (-o json for JSON)"))
+			}
+			m := newTopModel(ctx, a, flags, args)
 			_, err = tea.NewProgram(m, tea.WithContext(ctx)).Run()
 			if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 				return nil // interrupted or terminated by a signal

@@ -147,3 +147,14 @@ func TestSparkline(t *testing.T) {
 		}
 	}
 }
+
+// TestTopWithoutTerminal: rpr top in a pipe or a script says to use rpr
+// stats, exit status 2, instead of drawing into a file.
+func TestTopWithoutTerminal(t *testing.T) {
+	rs := redistest.Start(t)
+	startGreeter(t, rs, "top-pipe")
+	res := runCLI(t, "", "top", "--redis", rs.URL(), greeterService)
+	if res.code != 2 || !strings.Contains(res.stderr, "needs a terminal") || !strings.Contains(res.stderr, "use rpr stats") || res.stdout != "" {
+		t.Errorf("top without a terminal: want exit 2 pointing at rpr stats; %v", res)
+	}
+}
