@@ -87,8 +87,11 @@ type RequestTrace struct {
 	Stream *TraceStream
 	// Retention is how long the servers of Service keep finished unary
 	// calls (tunnel.ServerOptions.Retention), the longest any of its
-	// worker records tells; 0 when none keeps them.
-	Retention time.Duration
+	// worker records tells; 0 when none keeps them. RetentionPartial
+	// reports that some of its workers keep none (retention off, or a
+	// release before Retention), so a call they answered left no record.
+	Retention        time.Duration
+	RetentionPartial bool
 	// Searched lists the services looked in that do not know the request,
 	// with how long each keeps finished unary calls: when no service knows
 	// it, why a finished unary call left nothing.
@@ -118,9 +121,11 @@ type TraceFinished struct {
 // TraceSearched is a service a trace looked in.
 type TraceSearched struct {
 	Service string
-	// Retention is how long its servers keep finished unary calls; 0 when
-	// they keep none.
+	// Retention is how long its servers keep finished unary calls (the
+	// longest any worker record tells); 0 when they keep none. Partial
+	// reports that some of its workers keep none.
 	Retention time.Duration
+	Partial   bool
 }
 
 // TraceStream is what an ended streaming call exchanged.
@@ -217,7 +222,7 @@ func (s *Service) traceInto(ctx context.Context, tr *RequestTrace) error {
 		return fmt.Errorf("rpr: trace %s in %s: %w", tr.arg, s.name, err)
 	}
 	lanes := knownLanes(view.routes.Lanes(), view.beats)
-	retention := view.retention()
+	retention, partial := view.retention()
 	order := make([]int, 0, view.shards)
 	if tr.ByKey {
 		// An async request goes to its key's shard (of the count then).
@@ -231,25 +236,29 @@ func (s *Service) traceInto(ctx context.Context, tr *RequestTrace) error {
 	for _, shard := range order {
 		found, err := s.traceInShard(ctx, shard, lanes, tr)
 		if err != nil || found {
-			tr.Shards, tr.Retention = view.shards, retention
+			tr.Shards, tr.Retention, tr.RetentionPartial = view.shards, retention, partial && retention > 0
 			return err
 		}
 	}
-	tr.Searched = append(tr.Searched, TraceSearched{Service: s.name, Retention: retention})
+	tr.Searched = append(tr.Searched, TraceSearched{Service: s.name, Retention: retention, Partial: partial && retention > 0})
 	return nil
 }
 
 // retention is how long the service's servers keep finished unary calls:
 // the longest any worker record tells (a record of a worker that died
-// since still tells what its calls were kept for).
-func (v serviceView) retention() time.Duration {
+// since still tells what its calls were kept for), and whether some
+// worker keeps none (its record has no retention_ms: retention off, or a
+// release before it).
+func (v serviceView) retention() (time.Duration, bool) {
 	var longest int64
+	partial := false
 	for _, raw := range v.beats {
 		if w, ok := wire.ParseWorker(raw); ok {
 			longest = max(longest, w.RetentionMs)
+			partial = partial || w.RetentionMs <= 0
 		}
 	}
-	return time.Duration(longest) * time.Millisecond
+	return time.Duration(longest) * time.Millisecond, partial
 }
 
 // traceInShard fills tr and reports true when shard of the service knows

@@ -23,7 +23,7 @@ const traceTimeout = 10 * time.Second
 
 func newTraceCommand() *cobra.Command {
 	var rf redisFlags
-	var service string
+	var service, output string
 	cmd := &cobra.Command{
 		Use:   "trace REQUEST-ID|IDEMPOTENCY-KEY",
 		Short: "Show what Redis still knows about one request",
@@ -48,11 +48,19 @@ key's state and the request it names.
 
 Neither names its service, shard or lane: trace looks in every service it
 finds, or only in --service, and in each in every shard and lane (the
-default lane, those its routes name and those its workers serve).`,
+default lane, those its routes name and those its workers serve).
+
+-o json prints the same as JSON (snake_case keys, times in RFC 3339 UTC,
+durations in ms); "found" is false, and the exit status 1, when no service
+knows the request.`,
 		Example: `  rpr trace 20261129-ORD1-1764434400123-K7P2QXM4RT
-  rpr trace order-1042 --service shop.v1.Orders`,
+  rpr trace order-1042 --service shop.v1.Orders
+  rpr trace 20261129-ORD1-1764434400123-K7P2QXM4RT -o json | jq .finished`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
 			if _, err := tunnel.ParseRequestID(args[0]); err != nil && (args[0] == "" || len(args[0]) > maxKeyBytes) {
 				return badInput(fmt.Errorf("%q is neither a request id (YYYYMMDD-BIZ4-<unix ms>-<random>) nor an idempotency key (1 to %d bytes)", args[0], maxKeyBytes))
 			}
@@ -70,7 +78,13 @@ default lane, those its routes name and those its workers serve).`,
 			if err != nil {
 				return badInput(err)
 			}
-			printTrace(cmd.OutOrStdout(), args[0], tr)
+			if output == "json" {
+				if err := writeJSON(cmd.OutOrStdout(), traceToJSON(args[0], tr)); err != nil {
+					return err
+				}
+			} else {
+				printTrace(cmd.OutOrStdout(), args[0], tr)
+			}
 			if tr.Service == "" {
 				return exitError{code: exitFailed}
 			}
@@ -79,6 +93,7 @@ default lane, those its routes name and those its workers serve).`,
 	}
 	rf.register(cmd)
 	cmd.Flags().StringVar(&service, "service", "", "look only in this service (pkg.Svc)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
 }
 
@@ -195,7 +210,11 @@ func printFinished(out io.Writer, f *admin.TraceFinished, retention time.Duratio
 	}
 	fmt.Fprintf(out, "finished  %s%s by worker %s: %s\n", stamp(f.Done), since(f.Done), f.Worker, outcome)
 	if !f.Started.IsZero() {
-		fmt.Fprintf(out, "  handler ran %v, from %s%s\n", f.Done.Sub(f.Started), stamp(f.Started), since(f.Started))
+		took := "under 1ms" // the record's times are in ms
+		if d := f.Done.Sub(f.Started); d > 0 {
+			took = d.String()
+		}
+		fmt.Fprintf(out, "  handler ran %s, from %s%s\n", took, stamp(f.Started), since(f.Started))
 	}
 	kept := ""
 	if retention > 0 {
@@ -225,9 +244,12 @@ func printNotFound(out io.Writer, tr *admin.RequestTrace) {
 		width = max(width, len(s.Service))
 	}
 	for _, s := range tr.Searched {
-		if s.Retention > 0 {
+		switch {
+		case s.Partial:
+			fmt.Fprintf(out, "    %-*s  some of its servers keep them for %v, others keep none: a call of it finished longer ago than that, or one that keeps none answered it\n", width, s.Service, s.Retention)
+		case s.Retention > 0:
 			fmt.Fprintf(out, "    %-*s  keeps them for %v: a call of it finished longer ago than that\n", width, s.Service, s.Retention)
-		} else {
+		default:
 			fmt.Fprintf(out, "    %-*s  retention is off: a call of it finished and left nothing; set ServerOptions.Retention on its servers to keep a record\n", width, s.Service)
 		}
 	}
