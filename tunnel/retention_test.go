@@ -144,6 +144,14 @@ func TestAsyncOwnKeyFindableByID(t *testing.T) {
 	if recordTTL <= 0 || recordTTL > time.Hour || recordTTL < stateTTL-time.Minute {
 		t.Errorf("record TTL %v, state TTL %v: want both the idempotency window (1h)", recordTTL, stateTTL)
 	}
+	// What the alias costs: the record, and the id field in the state.
+	recordBytes := w.rdb.MemoryUsage(ctx, tag+":done:"+own.RequestID).Val()
+	ownState, plainState := w.rdb.MemoryUsage(ctx, tag+":st:order-1042").Val(), w.rdb.MemoryUsage(ctx, tag+":st:"+plain.RequestID).Val()
+	t.Logf("id alias of a request with a key of its own: record %d bytes, its state %d bytes (with the id field) against %d (MEMORY USAGE)",
+		recordBytes, ownState, plainState)
+	if recordBytes > 300 {
+		t.Errorf("the id alias takes %d bytes, want at most 300", recordBytes)
+	}
 	if w.rdb.Exists(ctx, tag+":done:"+plain.RequestID).Val() != 0 || w.rdb.HExists(ctx, tag+":st:"+plain.RequestID, wire.StateID).Val() {
 		t.Errorf("a request with the default key got a record or an id field; its state is named by its id already")
 	}
