@@ -147,7 +147,7 @@ func printTrace(out io.Writer, raw string, tr *admin.RequestTrace) {
 	}
 	row := func(what string, t time.Time, extra string) {
 		if !t.IsZero() {
-			fmt.Fprintf(out, "  %-8s%s%s %s\n", what, stamp(t), since(t), extra)
+			fmt.Fprintln(out, strings.TrimRight(fmt.Sprintf("  %-8s%s%s %s", what, stamp(t), since(t), extra), " "))
 		}
 	}
 	by := strings.TrimSpace("by " + tr.Worker + " (attempt " + tr.Attempt + ")")
