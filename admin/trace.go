@@ -123,9 +123,12 @@ type TraceSearched struct {
 	Service string
 	// Retention is how long its servers keep finished unary calls (the
 	// longest any worker record tells); 0 when they keep none. Partial
-	// reports that some of its workers keep none.
+	// reports that some of its workers keep none; NoWorkers that it has no
+	// worker record at all (every server stopped), so what they kept is
+	// not known.
 	Retention time.Duration
 	Partial   bool
+	NoWorkers bool
 }
 
 // TraceStream is what an ended streaming call exchanged.
@@ -223,6 +226,7 @@ func (s *Service) traceInto(ctx context.Context, tr *RequestTrace) error {
 	}
 	lanes := knownLanes(view.routes.Lanes(), view.beats)
 	retention, partial := view.retention()
+	noWorkers := len(view.beats) == 0
 	order := make([]int, 0, view.shards)
 	if tr.ByKey {
 		// An async request goes to its key's shard (of the count then).
@@ -240,7 +244,7 @@ func (s *Service) traceInto(ctx context.Context, tr *RequestTrace) error {
 			return err
 		}
 	}
-	tr.Searched = append(tr.Searched, TraceSearched{Service: s.name, Retention: retention, Partial: partial && retention > 0})
+	tr.Searched = append(tr.Searched, TraceSearched{Service: s.name, Retention: retention, Partial: partial && retention > 0, NoWorkers: noWorkers})
 	return nil
 }
 

@@ -86,7 +86,8 @@ func TestTraceRetentionOfMixedServers(t *testing.T) {
 // record no retention_ms) is still traced by its key, and the service
 // counts as keeping no unary calls; a finished record of a later release,
 // with fields this one does not know, is read for what it knows; one that
-// does not parse is ignored.
+// does not parse is ignored. With no worker record left, the trace says
+// what the servers kept is not known.
 func TestTraceReadsOlderAndNewerRecords(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
@@ -128,6 +129,14 @@ func TestTraceReadsOlderAndNewerRecords(t *testing.T) {
 	rdb.Set(ctx, tag+":done:"+garbled, "v3\x00binary", time.Minute)
 	if tr, err = handle(rdb).Trace(ctx, garbled); err != nil || tr.ByKey || tr.Service != "" {
 		t.Errorf("trace of a record that does not parse: %+v, %v; want it ignored", tr, err)
+	}
+
+	// Once every server stopped (each removes its worker record), what
+	// they kept is not known, and the trace says so rather than "off".
+	rdb.Del(ctx, tag+":workers")
+	tr, err = handle(rdb).Service(lanesService).Trace(ctx, unknown)
+	if err != nil || len(tr.Searched) != 1 || !tr.Searched[0].NoWorkers || tr.Searched[0].Retention != 0 {
+		t.Errorf("trace with no worker record: %+v, %v; want NoWorkers", tr, err)
 	}
 }
 

@@ -245,6 +245,8 @@ func printNotFound(out io.Writer, tr *admin.RequestTrace) {
 	}
 	for _, s := range tr.Searched {
 		switch {
+		case s.NoWorkers:
+			fmt.Fprintf(out, "    %-*s  no server of it is running: what its servers kept (ServerOptions.Retention) is not known\n", width, s.Service)
 		case s.Partial:
 			fmt.Fprintf(out, "    %-*s  some of its servers keep them for %v, others keep none: a call of it finished longer ago than that, or one that keeps none answered it\n", width, s.Service, s.Retention)
 		case s.Retention > 0:

@@ -91,6 +91,7 @@ type traceSearchedJSON struct {
 	Service     string `json:"service"`
 	RetentionMs int64  `json:"retention_ms"`
 	Partial     bool   `json:"partial,omitempty"`
+	NoWorkers   bool   `json:"no_workers,omitempty"`
 }
 
 // utcOrNil is t in UTC, nil for the zero time (left out of the JSON).
@@ -134,7 +135,7 @@ func traceToJSON(arg string, tr *admin.RequestTrace) traceJSON {
 		j.DeadLetters = append(j.DeadLetters, traceLetterJSON{EntryID: d.ID, Time: d.Time.UTC(), Reason: d.Reason})
 	}
 	for _, s := range tr.Searched {
-		j.Searched = append(j.Searched, traceSearchedJSON{Service: s.Service, RetentionMs: s.Retention.Milliseconds(), Partial: s.Partial})
+		j.Searched = append(j.Searched, traceSearchedJSON{Service: s.Service, RetentionMs: s.Retention.Milliseconds(), Partial: s.Partial, NoWorkers: s.NoWorkers})
 	}
 	return j
 }
