@@ -68,7 +68,9 @@ func TestTraceRetainedUnaryCall(t *testing.T) {
 }
 
 // TestTraceAsyncByKeyAndByID: an async request sent with an idempotency
-// key of its own is found by the key and by its request id, done or dead.
+// key of its own is found by the key and by its request id, done or dead,
+// and when the key is used again after a dead letter, the trace of the
+// dead request says the key now holds the new one.
 func TestTraceAsyncByKeyAndByID(t *testing.T) {
 	w := newMailWorld(t)
 	w.fixed.Store(true)
@@ -110,6 +112,20 @@ func TestTraceAsyncByKeyAndByID(t *testing.T) {
 	out = waitTrace(dead, "DEAD")
 	if !strings.Contains(out, "key       order-1043 (async; its state is the key's)\n") {
 		t.Errorf("trace by id of a dead request with its own key:\n%s", out)
+	}
+
+	// Sent again with the same key once fixed, the request runs anew: the
+	// key's state is the new request's, and a trace of the dead one says
+	// so.
+	w.fixed.Store(true)
+	again := w.send("letter-2", tunnel.WithIdempotencyKey("order-1043"))
+	out = waitTrace("order-1043", "SUCCESS")
+	if !strings.Contains(out, "request   "+again+" (the one Redis names under the key)\n") {
+		t.Errorf("trace by key after a resend:\n%s", out)
+	}
+	out, _ = runRPR(t, "trace", "--redis", w.rs.URL(), dead)
+	if !strings.Contains(out, "the key's state is now that of request "+again+", sent later with the same key") || !strings.Contains(out, "dead letter ") {
+		t.Errorf("trace of the dead request after a resend with its key:\n%s", out)
 	}
 
 	out, code := runRPR(t, "trace", "--redis", w.rs.URL(), "order-1042", "-o", "json")
