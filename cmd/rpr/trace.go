@@ -36,8 +36,8 @@ record its server kept when it finished.
 What is kept, and for how long:
   unary calls    state until 10s after the deadline; once answered, a record
                  (outcome, worker, times, size; no payload) only when the
-                 servers set tunnel.ServerOptions.Retention, for that long
-                 (default 0: none is kept)
+                 servers set tunnel.ServerOptions.Retention (rpr egress
+                 --retention), for that long (default 0: none is kept)
   async requests state for the servers' idempotency window (default 24h)
                  after the last attempt, also when sent with a key of their own
   streams        state until 10s after the deadline (24h without one)
