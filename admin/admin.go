@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rprtunnel/rpr/internal/store"
-	"github.com/rprtunnel/rpr/tunnel"
 )
 
 // Options configure a Client.
@@ -86,13 +85,14 @@ func (c *Client) Stats(ctx context.Context, services ...string) ([]ServiceStats,
 	return out, nil
 }
 
-// Trace looks request id up in every service Services finds, in order,
-// until one knows it (see Service.Trace): the id names neither its
-// service, nor its shard or lane. When none does, the trace has only ID
-// set (Service is ""). The error is for an id that does not parse and for
+// Trace looks a request up, by request id or by idempotency key (see
+// Service.Trace), in every service Services finds, in order, until one
+// knows it: neither names its service, nor its shard or lane. When none
+// does, the trace has only ID (or Key) and Searched set (Service is "").
+// The error is for an argument that is neither an id nor a key and for
 // Redis failing.
-func (c *Client) Trace(ctx context.Context, id string) (*RequestTrace, error) {
-	rid, err := tunnel.ParseRequestID(id)
+func (c *Client) Trace(ctx context.Context, idOrKey string) (*RequestTrace, error) {
+	tr, err := newTrace(idOrKey)
 	if err != nil {
 		return nil, err
 	}
@@ -100,9 +100,8 @@ func (c *Client) Trace(ctx context.Context, id string) (*RequestTrace, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := &RequestTrace{ID: rid}
 	for _, name := range services {
-		if err := c.Service(name).traceInto(ctx, id, tr); err != nil {
+		if err := c.Service(name).traceInto(ctx, tr); err != nil {
 			return nil, err
 		}
 		if tr.Service != "" {

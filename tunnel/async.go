@@ -13,6 +13,9 @@ import (
 
 // Receipt is what Enqueue returns once an async request is durably in
 // Redis: enough to find it again in logs, `rpr trace` and `rpr dlq`.
+// `rpr trace` (admin.Service.Trace) takes either RequestID or
+// IdempotencyKey, while the request waits or runs and, once it is done or
+// dead, for the servers' ServerOptions.IdempotencyWindow.
 type Receipt struct {
 	// RequestID identifies this request (every attempt shares it).
 	RequestID string

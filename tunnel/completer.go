@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -9,7 +10,9 @@ import (
 )
 
 // completion is one request's outcome waiting to be written: a fast-path
-// answer (store.Answer) when fast, else a store.Completion.
+// answer (store.Answer) when fast, else a store.Completion. A fast
+// answer uses the Completion's Target, EntryID, Response and, when the
+// server keeps finished calls, Record and RecordKey.
 type completion struct {
 	queue *queue
 	req   *received
@@ -33,10 +36,13 @@ type completer struct {
 	*coalescer[*completion]
 	rdb      redis.UniversalClient
 	workerID string
+	// retention is how long fast-path answers keep their finished records
+	// (ServerOptions.Retention); 0 for not at all.
+	retention time.Duration
 }
 
-func newCompleter(client redis.UniversalClient, workerID string, queueSize int, observe func(size int, full bool)) *completer {
-	c := &completer{rdb: client, workerID: workerID}
+func newCompleter(client redis.UniversalClient, workerID string, retention time.Duration, queueSize int, observe func(size int, full bool)) *completer {
+	c := &completer{rdb: client, workerID: workerID, retention: retention}
 	// One flush in flight, as for the client's sends (see NewClient).
 	c.coalescer = newCoalescer(1, 256, queueSize, c.flush, observe)
 	return c
@@ -88,7 +94,7 @@ func (c *completer) flush(batch []*completion) {
 		if g == nil {
 			g = &completionGroup{queue: comp.queue, fast: comp.fast}
 			if g.fast {
-				g.answers = store.NewAnswer(comp.queue.requests, len(batch))
+				g.answers = store.NewAnswer(comp.queue.requests, c.retention, len(batch))
 			} else {
 				g.complete = store.NewComplete(comp.queue.requests, c.workerID, len(batch))
 			}
@@ -96,7 +102,7 @@ func (c *completer) flush(batch []*completion) {
 		}
 		g.items = append(g.items, comp)
 		if g.fast {
-			g.answers.Add(comp.Target, comp.EntryID, comp.Response)
+			g.answers.Add(comp.Target, comp.EntryID, comp.Response, comp.RecordKey, comp.Record)
 		} else {
 			g.complete.Add(&comp.Completion)
 		}

@@ -415,6 +415,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	measure := r.metrics.begin(ctx, req.env.Method)
 	var resp *wire.Response
 	var handlerErr error
+	started := time.Now()
 	defer func() {
 		measure.end(responseError(resp))
 		endSpan(span, responseError(resp))
@@ -427,7 +428,9 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		resp, handlerErr = r.call(ctx, q, req, log)
 	}
 	if req.env.Kind == wire.KindAsync {
-		r.complete(q, req, r.asyncOutcome(q, req, resp, handlerErr, d, log), log)
+		comp := r.asyncOutcome(q, req, resp, handlerErr, d, log)
+		recordOwnKey(q, req, &comp.Completion)
+		r.complete(q, req, comp, log)
 		return
 	}
 	final := wire.StateSuccess
@@ -440,8 +443,12 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		return
 	}
 	ttl := time.Until(deadline) + stateMargin
-	r.complete(q, req, &completion{fast: req.fast, // no state to record on the fast path
-		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}, log)
+	comp := &completion{fast: req.fast, // no state to record on the fast path
+		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}
+	if s.opts.Retention > 0 {
+		r.recordFinished(q, req, resp, started, &comp.Completion)
+	}
+	r.complete(q, req, comp, log)
 }
 
 // call runs the handler for req and builds the response envelope. It also

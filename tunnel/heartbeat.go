@@ -96,7 +96,7 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 
 func (s *Server) workerRecord() wire.Worker {
 	host, _ := os.Hostname()
-	return wire.Worker{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane}
+	return wire.Worker{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane, RetentionMs: s.opts.Retention.Milliseconds()}
 }
 
 // heartbeatLoop beats every wire.BeatInterval until stop is closed,

@@ -158,9 +158,25 @@ func TestV1ClientToThisServer(t *testing.T) {
 		t.Errorf("ShipOrder ran for %v, want o-1 and o-2 once each", got)
 	}
 
+	// The v1 client's request with a key of its own is findable by its id
+	// (rpr trace): the key's state names the request, and a record under
+	// the id names the key.
+	keyed, err := wire.DecodeRequest(mustHex(t, run.AsyncKeyRequest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ordersTag := "rpr:v1:{examples.orders.v1.Orders}"
+	waitFor(t, "the keyed request's state to name it", func() bool {
+		return rdb.HGet(ctx, ordersTag+":st:"+keyed.Key, wire.StateID).Val() == keyed.ID
+	})
+	if f, ok := wire.ParseFinished(rdb.Get(ctx, ordersTag+":done:"+keyed.ID).Val()); !ok || f.Key != keyed.Key {
+		t.Errorf("record under %s: %+v; want it to name key %s", keyed.ID, f, keyed.Key)
+	}
+
 	// The same keys as the v1 run's, and those of what v1 servers did not
-	// have: each service's schema versions, and the worker's stream inbox
-	// (the greeter has streaming methods now).
+	// have: each service's schema versions, the worker's stream inbox
+	// (the greeter has streaming methods now), and the id alias of the
+	// request with a key of its own.
 	var keys []string
 	newer := map[string]bool{}
 	iter := rdb.Scan(ctx, 0, "rpr:*", 1000).Iterator()
@@ -170,13 +186,15 @@ func TestV1ClientToThisServer(t *testing.T) {
 			newer["inbox"] = true
 		case strings.HasSuffix(key, "}:schemas"):
 			newer["schemas"] = true
+		case key == ordersTag+":done:"+keyed.ID:
+			newer["done"] = true
 		default:
 			keys = append(keys, key)
 		}
 	}
 	slices.Sort(keys)
-	if !newer["inbox"] || !newer["schemas"] {
-		t.Errorf("keys of this release missing: found %v, want a stream inbox and schema versions", newer)
+	if !newer["inbox"] || !newer["schemas"] || !newer["done"] {
+		t.Errorf("keys of this release missing: found %v, want a stream inbox, schema versions and an id alias", newer)
 	}
 	if !slices.Equal(keys, run.Keys) {
 		t.Errorf("keys after the run:\n%v\nwant the v1 run's\n%v", keys, run.Keys)

@@ -32,6 +32,7 @@ func newEgressCommand() *cobra.Command {
 	var rf redisFlags
 	var routesFile, lane, workerID, caFile string
 	var concurrency int
+	var retention time.Duration
 	var routeFlags []string
 	cmd := &cobra.Command{
 		Use:   "egress",
@@ -53,16 +54,25 @@ it a gRPC route, whose PATH is /package.Service/.
 
 Run as many as you like (each is an rpr worker: a crashed one's requests are
 taken over); --lane serves only the routes of that lane. It stops on SIGINT or
-SIGTERM after finishing the requests in flight.`,
+SIGTERM after finishing the requests in flight.
+
+--retention keeps a record of each synchronous request it answers (status,
+worker, times, size; never a body) for that long, so that rpr trace finds it
+by its X-Rpr-Request-Id after it finished: about 320 bytes of Redis memory
+per request while kept (tunnel.ServerOptions.Retention). Async requests are
+traceable without it.`,
 		Example: `  rpr egress --redis redis://hub.internal:6379/0
   rpr egress --redis redis://hub.internal:6379/0 --route /inventory=http://10.1.0.5:8080
   rpr egress --redis redis://hub.internal:6379/0 --route /helloworld.Greeter/=grpc://10.1.0.6:9090
-  rpr egress --redis redis://hub.internal:6379/0 --lane site-b
+  rpr egress --redis redis://hub.internal:6379/0 --lane site-b --retention 15m
   rpr egress --redis redis://hub.internal:6379/0 --routes-file routes.json`,
 		Args: usageArgs(0, 0, "rpr egress [--redis URL] [--lane LANE] [--routes-file FILE]"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if concurrency < 1 {
 				return badInput(fmt.Errorf("--concurrency %d: want at least 1, e.g. --concurrency 256", concurrency))
+			}
+			if retention < 0 {
+				return badInput(fmt.Errorf("--retention %v: must not be negative; use e.g. --retention 15m, or 0 to keep nothing", retention))
 			}
 			tlsConfig, err := upstreamTLS(caFile)
 			if err != nil {
@@ -75,7 +85,7 @@ SIGTERM after finishing the requests in flight.`,
 			if len(routes) > 0 && routesFile != "" {
 				return badInput(errors.New("--route writes to Redis's table, --routes-file replaces it: give one or the other"))
 			}
-			return runEgress(cmd, rf, egressConfig{routesFile: routesFile, lane: lane, workerID: workerID, concurrency: concurrency, tls: tlsConfig, routes: routes})
+			return runEgress(cmd, rf, egressConfig{routesFile: routesFile, lane: lane, workerID: workerID, concurrency: concurrency, retention: retention, tls: tlsConfig, routes: routes})
 		},
 	}
 	rf.register(cmd)
@@ -84,6 +94,7 @@ SIGTERM after finishing the requests in flight.`,
 	f.StringVar(&lane, "lane", "", "serve only the routes of this lane (their --lane); default: the default lane")
 	f.StringVar(&workerID, "worker-id", "", "this egress's worker id (default: host-pid)")
 	f.IntVar(&concurrency, "concurrency", 256, "requests forwarded at once, over all upstreams")
+	f.DurationVar(&retention, "retention", 0, "keep a record of each synchronous request answered for this long, for rpr trace (0: none)")
 	f.StringArrayVar(&routeFlags, "route", nil, "set route PATH=URL in Redis's table at start (repeatable), e.g. --route /inventory=http://10.1.0.5:8080")
 	f.StringVar(&caFile, "upstream-ca", "", "PEM file of the CAs that sign https:// and grpcs:// upstreams' certificates (default: the system's)")
 	return cmd
@@ -92,6 +103,7 @@ SIGTERM after finishing the requests in flight.`,
 type egressConfig struct {
 	routesFile, lane, workerID string
 	concurrency                int
+	retention                  time.Duration
 	tls                        *tls.Config
 	routes                     []kindRoute
 }
@@ -141,7 +153,7 @@ func runEgress(cmd *cobra.Command, rf redisFlags, cfg egressConfig) error {
 	defer rdb.Close()
 	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{
 		Prefix: rf.prefix, WorkerID: cfg.workerID, Lane: cfg.lane, Concurrency: cfg.concurrency,
-		MaxRequestBytes: tunnelMessageBytes, Logger: log,
+		MaxRequestBytes: tunnelMessageBytes, Logger: log, Retention: cfg.retention,
 	})
 	if err != nil {
 		return badInput(err)

@@ -35,10 +35,12 @@ func TestTraceShowsARequestsLife(t *testing.T) {
 	if _, err := greet.SayHello(context.Background(), &greeterv1.SayHelloRequest{Name: "Ada"}, tunnel.CaptureRequestID(&ok)); err != nil {
 		t.Fatal(err)
 	}
-	// A unary call that finished leaves nothing in Redis (the fast path):
-	// trace says so, and where to look instead.
+	// A unary call that finished leaves nothing in Redis (the fast path,
+	// retention off): trace says so, how to keep a record, and where to
+	// look instead.
 	out, code := runRPR(t, "trace", "--redis", rs.URL(), ok)
-	if code != 1 || !strings.Contains(out, "a unary call that finished") || !strings.Contains(out, "spans and log lines carry the id") {
+	if code != 1 || !strings.Contains(out, greeterService+"  retention is off: a call of it finished and left nothing; set ServerOptions.Retention") ||
+		!strings.Contains(out, "spans and log lines carry the id") {
 		t.Errorf("trace of a finished unary call: exit %d:\n%s", code, out)
 	}
 	// A call that timed out in the queue is marked, and trace shows it.
@@ -69,8 +71,16 @@ func TestTraceShowsARequestsLife(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "Redis knows nothing of it") {
 		t.Errorf("unknown id: exit %d:\n%s", code, out)
 	}
-	if out, code = runRPR(t, "trace", "--redis", rs.URL(), "not-an-id"); code != 2 {
-		t.Errorf("malformed id: exit %d:\n%s", code, out)
+	// What is not a request id is an idempotency key; what is neither is
+	// refused.
+	out, code = runRPR(t, "trace", "--redis", rs.URL(), "not-an-id")
+	if code != 1 || !strings.Contains(out, "key       not-an-id (not a request id: looked up as an async request's idempotency key)") ||
+		!strings.Contains(out, "Redis knows nothing of it") {
+		t.Errorf("unknown key: exit %d:\n%s", code, out)
+	}
+	out, code = runRPR(t, "trace", "--redis", rs.URL(), strings.Repeat("k", 257))
+	if code != 2 || !strings.Contains(out, "is neither a request id (YYYYMMDD-BIZ4-<unix ms>-<random>) nor an idempotency key (1 to 256 bytes)") {
+		t.Errorf("a 257-byte argument: exit %d:\n%s", code, out)
 	}
 }
 

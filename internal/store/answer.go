@@ -1,5 +1,7 @@
 package store
 
+import "time"
+
 // answerScript finishes a batch of unary requests on the fast path (no
 // state hash: the entry's delivery is its claim): for each it writes the
 // response to the caller's stream (NOMKSTREAM: nothing is created for a
@@ -7,7 +9,7 @@ package store
 // once. There is no state to record and no fence: a worker that lost a
 // request to a takeover still answers truthfully, and the caller takes
 // the first answer. Its ARGV is two values per request rather than the
-// complete script's seven, which is most of what a completion costs Redis.
+// complete script's ten, which is most of what a completion costs Redis.
 //
 //	KEYS[1] request stream   KEYS[1+k] reply stream of request k
 //	ARGV[1] consumer group   ARGV[2k] entry id of request k
@@ -27,16 +29,52 @@ redis.call('XDEL', KEYS[1], unpack(done))
 return out
 `)
 
+// answerKeepScript is answerScript for a server that keeps finished calls
+// (ServerOptions.Retention): each request's finished record (a
+// wire.Finished) is also written under its request id (Shard.Done), for
+// the retention. That is one SET per call more than answerScript, and the
+// record's memory for the retention; a caller that is gone does not keep
+// its record from being written (the call did finish).
+//
+//	KEYS[1] request stream   KEYS[2k] reply stream of request k
+//	KEYS[2k+1] its record key (Shard.Done)
+//	ARGV[1] consumer group   ARGV[2] retention ms
+//	ARGV[3k] entry id of request k   ARGV[3k+1] its response envelope
+//	ARGV[3k+2] its record
+//
+// Returns what answerScript returns.
+var answerKeepScript = newScript("answer_keep", `
+local out, done = {}, {}
+for k = 1, (#KEYS - 1) / 2 do
+  out[k] = 1
+  if not redis.call('XADD', KEYS[2 * k], 'NOMKSTREAM', '*', 'e', ARGV[3 * k + 1]) then out[k] = 0 end
+  redis.call('SET', KEYS[2 * k + 1], ARGV[3 * k + 2], 'PX', ARGV[2])
+  done[k] = ARGV[3 * k]
+end
+redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
+redis.call('XDEL', KEYS[1], unpack(done))
+return out
+`)
+
 // Answer writes the answers of fast-path unary requests of one request
 // stream in one script run, and retires their entries.
 type Answer struct {
 	Call
-	n int
+	n    int
+	keep bool
 }
 
 // NewAnswer starts an Answer for requests of stream; size is how many
-// will be added.
-func NewAnswer(stream string, size int) *Answer {
+// will be added. With retention > 0 each answer also keeps its request's
+// finished record for that long (answerKeepScript); otherwise nothing but
+// the answer is written.
+func NewAnswer(stream string, retention time.Duration, size int) *Answer {
+	if retention > 0 {
+		a := &Answer{Call: Call{script: answerKeepScript}, keep: true}
+		a.keys = append(make([]string, 0, 1+2*size), stream)
+		a.args = append(make([]any, 0, 2+3*size), WorkersGroup, max(retention.Milliseconds(), 1))
+		return a
+	}
 	a := &Answer{Call: Call{script: answerScript}}
 	a.keys = append(make([]string, 0, 1+size), stream)
 	a.args = append(make([]any, 0, 1+2*size), WorkersGroup)
@@ -44,10 +82,17 @@ func NewAnswer(stream string, size int) *Answer {
 }
 
 // Add adds the answer resp to the request in entry, for the caller whose
-// stream is replyTo.
-func (a *Answer) Add(replyTo, entryID string, resp []byte) {
-	a.keys = append(a.keys, replyTo)
-	a.args = append(a.args, entryID, resp)
+// stream is replyTo. An Answer that keeps records writes record (a
+// wire.Finished) to done, the request's Shard.Done key; others ignore
+// both.
+func (a *Answer) Add(replyTo, entryID string, resp []byte, done string, record []byte) {
+	if a.keep {
+		a.keys = append(a.keys, replyTo, done)
+		a.args = append(a.args, entryID, resp, record)
+	} else {
+		a.keys = append(a.keys, replyTo)
+		a.args = append(a.args, entryID, resp)
+	}
 	a.n++
 }
 

@@ -65,14 +65,24 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		}().Call,
 		&func() *Complete {
 			c := NewComplete(req, worker, 1)
+			// with a finished record and the id in the state, as a unary
+			// call of a server that keeps finished calls has, and an async
+			// request with a key of its own
 			c.Add(&Completion{Action: ActionReply, EntryID: entry, State: shard.State("a"), Final: wire.StateSuccess,
-				TTL: time.Minute, Response: []byte("resp"), Target: resp})
+				TTL: time.Minute, Response: []byte("resp"), Target: resp, ID: "a-id",
+				Record: []byte(`{"key":"a"}`), RecordKey: shard.Done("a-id"), RecordTTL: time.Minute})
 			return c
 		}().Call,
 		// the unary fast path's completion: the answer only, no state
 		&func() *Answer {
-			a := NewAnswer(req, 1)
-			a.Add(resp, entry, []byte("resp"))
+			a := NewAnswer(req, 0, 1)
+			a.Add(resp, entry, []byte("resp"), "", nil)
+			return a
+		}().Call,
+		// and with the finished record of a server that keeps them
+		&func() *Answer {
+			a := NewAnswer(req, time.Minute, 1)
+			a.Add(resp, entry2, []byte("resp"), shard.Done("b"), []byte(`{"method":"M"}`))
 			return a
 		}().Call,
 		&NewArbiter(shard, req, keys.Cancels(service), "b", entry2, wire.StateTimeout, time.Second).Call,

@@ -14,14 +14,21 @@ import (
 // a worker that no longer holds the request (it was taken over) writes
 // nothing for it. See Completion for the actions.
 //
+// With the outcome it may record the request id in the state (StateID,
+// for a state named by an idempotency key of the caller's) and write the
+// request's finished record (wire.Finished) under its id, for `rpr trace`.
+//
 //	KEYS[1] request stream
-//	KEYS[2k] target of request k (reply stream | retry set | dead-letter
-//	         stream; done: its state hash again)   KEYS[2k+1] its state hash
+//	KEYS[3k-1] target of request k (reply stream | retry set | dead-letter
+//	         stream; done: its state hash again)   KEYS[3k] its state hash
+//	KEYS[3k+1] its record key (Shard.Done; its state hash again for none)
 //	ARGV[1] consumer group   ARGV[2] worker id
-//	ARGV[7k-4..7k+2] request k: entry id, action, final state, state TTL ms,
-//	         response envelope (stored in the state; '' for none),
+//	ARGV[10k-7..10k+2] request k: entry id, action, final state, state TTL
+//	         ms, response envelope (stored in the state; '' for none),
 //	         envelope to retry or dead-letter, and for retry the backoff ms,
-//	         for dead a JSON array of field/value pairs for the entry
+//	         for dead a JSON array of field/value pairs for the entry; the
+//	         request id to record in the state ('' for none), the finished
+//	         record ('' for none) and its TTL ms
 //
 // Returns one result per request: 1 when done, 0 when the reply stream no
 // longer exists (the caller is gone; nothing is created for it), -1 when
@@ -33,28 +40,36 @@ local function clock()
   return now
 end
 local out, done = {}, {}
-for k = 1, (#KEYS - 1) / 2 do
-  local target, st = KEYS[2 * k], KEYS[2 * k + 1]
-  local a = 7 * k - 5
+for k = 1, (#KEYS - 1) / 3 do
+  local target, st, rec = KEYS[3 * k - 1], KEYS[3 * k], KEYS[3 * k + 1]
+  local a = 10 * k - 8
   local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+  local id, record, recordTTL = ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
   local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
   if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
   else
+    local fields
     if action == 'done' then
       -- The done marker is kept for the idempotency window (a day by
       -- default), so it keeps only what rpr trace shows: not the claim's
       -- details nor an earlier attempt's error (which would also have made
       -- the hash a large one).
       redis.call('DEL', st)
-      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3])
+      fields = {'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3]}
     elseif resp ~= '' then
-      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0, 'resp', resp)
+      fields = {'state', final, 'done_ms', clock(), 'lease', 0, 'resp', resp}
     else
-      redis.call('HSET', st, 'state', final, 'done_ms', clock(), 'lease', 0)
+      fields = {'state', final, 'done_ms', clock(), 'lease', 0}
     end
+    if id ~= '' then
+      fields[#fields + 1] = 'id'
+      fields[#fields + 1] = id
+    end
+    redis.call('HSET', st, unpack(fields))
     redis.call('PEXPIRE', st, ttl)
+    if record ~= '' then redis.call('SET', rec, record, 'PX', recordTTL) end
     out[k] = 1
     if action == 'reply' then
       if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
@@ -110,6 +125,16 @@ type Completion struct {
 	Backoff time.Duration
 	// Letter is what the dead-letter entry records (ActionDead).
 	Letter wire.DeadLetter
+	// ID is the request id, to record in the state (wire.StateID) when
+	// the state is named by an idempotency key the caller chose; "" for
+	// none.
+	ID string
+	// Record is the request's finished record (wire.Finished), written to
+	// RecordKey (its Shard.Done key) for RecordTTL together with the
+	// outcome; nil for none.
+	Record    []byte
+	RecordKey string
+	RecordTTL time.Duration
 }
 
 // Fenced is Complete's result for a request this worker lost to another
@@ -133,8 +158,8 @@ type Complete struct {
 // how many will be added.
 func NewComplete(stream, worker string, size int) *Complete {
 	c := &Complete{Call: Call{script: completeScript}}
-	c.keys = append(make([]string, 0, 1+2*size), stream)
-	c.args = append(make([]any, 0, 2+7*size), WorkersGroup, worker)
+	c.keys = append(make([]string, 0, 1+3*size), stream)
+	c.args = append(make([]any, 0, 2+10*size), WorkersGroup, worker)
 	return c
 }
 
@@ -152,9 +177,14 @@ func (c *Complete) Add(comp *Completion) {
 		pairs, _ := json.Marshal(comp.Letter.Pairs()) // strings always encode
 		extra = string(pairs)
 	}
-	c.keys = append(c.keys, target, comp.State)
+	record, recordKey := comp.Record, comp.RecordKey
+	if record == nil || recordKey == "" {
+		record, recordKey = nil, comp.State // not written; keeps the script in one slot
+	}
+	c.keys = append(c.keys, target, comp.State, recordKey)
 	c.args = append(c.args, comp.EntryID, comp.Action, comp.Final,
-		max(comp.TTL, time.Millisecond).Milliseconds(), comp.Response, comp.Envelope, extra)
+		max(comp.TTL, time.Millisecond).Milliseconds(), comp.Response, comp.Envelope, extra,
+		comp.ID, record, max(comp.RecordTTL, time.Millisecond).Milliseconds())
 	c.n++
 }
 

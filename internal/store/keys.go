@@ -116,6 +116,16 @@ func (s Shard) Inbox(worker string) string { return s.Tag + ":in:" + worker }
 // request id unless the caller chose a key).
 func (s Shard) State(requestID string) string { return s.Tag + ":st:" + requestID }
 
+// Done is the record kept of a finished request under its request id, a
+// string holding a wire.Finished (JSON) with a TTL, for `rpr trace`: a
+// unary call's outcome, written with its answer when its server keeps
+// finished calls (ServerOptions.Retention), for that long; and, for an
+// async request sent with an idempotency key of its own (its state hash
+// is named by the key), the key, written with each outcome, for as long
+// as the key's state. Requests whose state hash is named by their id
+// (async requests with the default key, streams) have none.
+func (s Shard) Done(requestID string) string { return s.Tag + ":done:" + requestID }
+
 // LanePatterns are the SCAN MATCH patterns of the shard's request streams
 // and retry sets of lanes other than the default; the lane is the key's
 // last ":"-separated part.

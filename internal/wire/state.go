@@ -35,4 +35,8 @@ const (
 	StatePreviousWorker = "previous_worker" // the worker it was taken over from
 	StateSent           = "sent"            // a stream: messages the server sent
 	StateReceived       = "received"        // a stream: messages the server received
+	// StateID names the request whose outcome an async request's state
+	// hash holds, when the hash is named by an idempotency key the caller
+	// chose (for the default key, the request id, it is left out).
+	StateID = "id"
 )

@@ -30,6 +30,10 @@ type Worker struct {
 	// Schema names the version of the service's schema the worker was
 	// built with: its id in the service's schemas hash (SchemaID).
 	Schema string `json:"schema,omitempty"`
+	// RetentionMs is how long the worker keeps a Finished record of each
+	// unary call it answers (ms); absent when it keeps none, as workers of
+	// releases before it do not.
+	RetentionMs int64 `json:"retention_ms,omitempty"`
 }
 
 // Serves reports whether the worker serves method (a method's short
