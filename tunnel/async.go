@@ -145,6 +145,9 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err := c.checkAsync(method, full, rid, cfg, req); err != nil {
 		return Receipt{}, err
 	}
+	if ctx.Err() != nil {
+		return Receipt{}, notSent(ctx, full, rid, "before the request was enqueued")
+	}
 	if err := c.takeSlot(ctx, started); err != nil {
 		return Receipt{}, err
 	}
@@ -159,7 +162,10 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err != nil {
 		return Receipt{}, err
 	}
-	defer func() { pass.done(err) }()
+	defer func() {
+		err = sentOrContextEnded(ctx, err, full, rid)
+		pass.done(err)
+	}()
 	svc, err := c.service(ctx, method.Service.Name, method.Service.Shards)
 	if err != nil {
 		return Receipt{}, err
@@ -308,17 +314,31 @@ func codesFromWire(codes []uint32) []Code {
 func asyncPolicy(env *wire.Request, method *MethodDesc) RetryPolicy {
 	var p *RetryPolicy
 	if env.Retry != nil {
+		// The caller's: bounded (MaxAsyncAttempts, MaxRetryBackoff,
+		// MaxRetryMultiplier), whatever it asked.
 		p = &RetryPolicy{
-			MaxAttempts:    env.Retry.MaxAttempts,
-			InitialBackoff: time.Duration(env.Retry.InitialBackoff) * time.Millisecond,
-			MaxBackoff:     time.Duration(env.Retry.MaxBackoff) * time.Millisecond,
-			Multiplier:     env.Retry.Multiplier,
+			MaxAttempts:    min(env.Retry.MaxAttempts, MaxAsyncAttempts),
+			InitialBackoff: boundedMillis(env.Retry.InitialBackoff, MaxRetryBackoff),
+			MaxBackoff:     boundedMillis(env.Retry.MaxBackoff, MaxRetryBackoff),
+			Multiplier:     min(env.Retry.Multiplier, MaxRetryMultiplier),
 			RetryableCodes: codesFromWire(env.Retry.RetryableCodes),
 		}
 	} else if method != nil {
 		p = method.Retry
 	}
 	return p.over(DefaultAsyncRetryPolicy)
+}
+
+// boundedMillis converts ms, a caller's count of milliseconds, to a
+// duration of at most limit (0 for a negative count), without overflow.
+func boundedMillis(ms int64, limit time.Duration) time.Duration {
+	switch {
+	case ms <= 0:
+		return 0
+	case ms >= limit.Milliseconds():
+		return limit
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // retriesAsync reports whether an async request that failed with err on

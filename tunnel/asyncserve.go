@@ -26,11 +26,12 @@ const janitorInterval = 10 * time.Second
 const staleConsumerIdle = time.Hour
 
 // asyncTimeout is the time limit of one attempt of an async request: the
-// caller's WithTimeout, else the method's timeout, else 30s.
+// caller's WithTimeout (at most MaxAsyncTimeout), else the method's
+// timeout, else 30s.
 func asyncTimeout(env *wire.Request, method *MethodDesc) time.Duration {
 	switch {
 	case env.Timeout > 0:
-		return time.Duration(env.Timeout) * time.Millisecond
+		return boundedMillis(env.Timeout, MaxAsyncTimeout)
 	case method != nil && method.Timeout > 0:
 		return method.Timeout
 	}

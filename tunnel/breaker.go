@@ -287,6 +287,8 @@ func serviceOutcome(err error) outcome {
 	}
 	e := toError(err)
 	switch {
+	case errors.Is(err, errNeverSent):
+		return outcomeExcluded // its caller's time ran out before it was sent
 	case e.code == Canceled:
 		// Cancelled by its caller (or the client closed): excluded rather
 		// than counted as a success, so that a cancelled half-open probe

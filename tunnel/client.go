@@ -317,6 +317,9 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 
 	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))
 	defer cancel()
+	if ctx.Err() != nil { // cancelled, or a budget spent upstream
+		return notSent(ctx, full, rid, "before the call began")
+	}
 	if err := c.takeSlot(ctx, started); err != nil {
 		return err
 	}
@@ -349,6 +352,21 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	}
 }
 
+// sentOrContextEnded returns err, unless err is a failure to prepare or
+// send a request that came from ctx having ended: then it is the error of
+// a call not sent, with ctx's code (a Redis command made with an ended
+// context fails, and must not read as Redis being unreachable).
+func sentOrContextEnded(ctx context.Context, err error, full, rid string) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	e, ok := err.(*Error)
+	if !ok || !e.local || !e.notExecuted || e.code == CodeOf(contextError(ctx)) {
+		return err
+	}
+	return notSent(ctx, full, rid, "while the call was being prepared")
+}
+
 // outgoingCall is what every attempt of one call shares: the same request
 // id (one call, one id in every log line and trace).
 type outgoingCall struct {
@@ -373,7 +391,10 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	if err != nil {
 		return err
 	}
-	defer func() { pass.done(err) }()
+	defer func() {
+		err = sentOrContextEnded(ctx, err, full, rid)
+		pass.done(err)
+	}()
 	svc, err := c.service(ctx, call.method.Service.Name, call.method.Service.Shards)
 	if err != nil {
 		return err

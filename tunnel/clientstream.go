@@ -48,7 +48,7 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 		}
 	}()
 	if ctx.Err() != nil {
-		return nil, notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v before the stream was opened; nothing was sent", full, rid, ctx.Err())
+		return nil, notSent(ctx, full, rid, "before the stream was opened")
 	}
 	pass, err := c.breakers.allow(method.Service.Name, full, rid)
 	if err != nil {

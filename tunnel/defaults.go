@@ -77,3 +77,20 @@ func laneOrDefault(lane string) string {
 	}
 	return lane
 }
+
+// Bounds on what a request's envelope may ask of a server. They are the
+// caller's to choose (WithRetry, WithTimeout), and a caller may be careless
+// or hostile, so a server takes a larger value as the bound: a request can
+// neither retry forever nor carry a time limit that overflows.
+const (
+	// MaxAsyncAttempts bounds a retry policy's MaxAttempts.
+	MaxAsyncAttempts = 100
+	// MaxRetryBackoff bounds a retry policy's InitialBackoff and
+	// MaxBackoff.
+	MaxRetryBackoff = time.Hour
+	// MaxRetryMultiplier bounds a retry policy's Multiplier.
+	MaxRetryMultiplier = 10
+	// MaxAsyncTimeout bounds the time limit of one attempt of an async
+	// request.
+	MaxAsyncTimeout = 24 * time.Hour
+)

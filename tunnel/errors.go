@@ -33,6 +33,20 @@ func notExecutedf(code Code, format string, args ...any) *Error {
 	return &Error{code: code, message: fmt.Sprintf(format, args...), notExecuted: true, local: true}
 }
 
+// errNeverSent is the cause of an error for a call that ended, by its
+// caller's context, before its request was sent: it says nothing of the
+// service or of Redis, so no circuit breaker counts it.
+var errNeverSent = errors.New("never sent")
+
+// notSent returns the error of a call whose context ended (already, or
+// while it was being prepared) before its request was sent: the code
+// matches ctx.Err(), and it is NotExecuted.
+func notSent(ctx context.Context, full, rid, when string) *Error {
+	e := notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v %s; the request was not sent", full, rid, ctx.Err(), when)
+	e.cause = errNeverSent
+	return e
+}
+
 // NotExecuted reports whether err says the request provably did not run
 // and never will: it never left the client, or the client marked it
 // TIMEOUT/CANCELLED in Redis before any worker claimed it. Such a call is

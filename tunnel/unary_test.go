@@ -351,3 +351,40 @@ func TestEveryErrorNamesItsCall(t *testing.T) {
 		t.Errorf("Message() = %q, want the handler's own text", te.Message())
 	}
 }
+
+// TestEndedContextIsNeverSentNorCounted: a call whose context is already
+// cancelled, or whose deadline has already passed (a budget spent
+// upstream), is not sent, fails with the code of ctx.Err(), NotExecuted,
+// and no circuit breaker counts it: many such calls leave a healthy
+// service callable.
+func TestEndedContextIsNeverSentNorCounted(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	if _, err := e.call(context.Background(), "Echo", "warm"); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelExpired()
+	streamKey := "rpr:v1:{" + echoService + "}:req"
+	before := e.rdb.XLen(context.Background(), streamKey).Val()
+	for i := range 20 {
+		ctx, want := cancelled, tunnel.Canceled
+		if i%2 == 1 {
+			ctx, want = expired, tunnel.DeadlineExceeded
+		}
+		_, err := e.call(ctx, "Echo", "never")
+		if tunnel.CodeOf(err) != want || !tunnel.NotExecuted(err) || !strings.Contains(err.Error(), "not sent") {
+			t.Fatalf("call %d: %v, want %v, NotExecuted, saying it was not sent", i, err, want)
+		}
+	}
+	if after := e.rdb.XLen(context.Background(), streamKey).Val(); after != before {
+		t.Errorf("the request stream grew from %d to %d entries: calls with ended contexts were sent", before, after)
+	}
+	if got, err := e.call(context.Background(), "Echo", "after"); err != nil || got != "echo: after" {
+		t.Fatalf("a call after 20 ended-context calls: %q, %v; want it answered (no breaker open)", got, err)
+	}
+	if e.calls["never"] != 0 {
+		t.Errorf("the handler ran %d calls with ended contexts", e.calls["never"])
+	}
+}
