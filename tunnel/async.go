@@ -255,6 +255,8 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lan
 		res = <-item.result // already on its way: its outcome is what the caller must know
 	}
 	switch {
+	case res.err != nil && neverRan(res.err):
+		return notExecutedf(Unavailable, "%s [%s]: enqueue: %v (it was not queued: safe to retry)", full, rid, res.err)
 	case res.err != nil:
 		return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: enqueue: %v (whether the request was queued is unknown; enqueueing again with the same idempotency key is safe)", full, rid, res.err), local: true}
 	case !res.queued:

@@ -502,6 +502,11 @@ func (op *sendOp) finished(cmd redis.Cmder) {
 	}
 	close(op.sent)
 	if err := cmd.Err(); err != nil {
+		if neverRan(err) { // Redis refused it, or was never reached
+			op.svc.complete(op.call.id, callResult{err: notExecutedf(Unavailable,
+				"%s [%s]: send request to redis: %v (it was not sent: safe to retry)", op.call.full, op.call.id, err)})
+			return
+		}
 		// Whether the request reached Redis is unknown: only an idempotent
 		// method's call is retried after this.
 		op.svc.complete(op.call.id, callResult{err: &Error{code: Unavailable, local: true,

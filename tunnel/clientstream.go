@@ -377,6 +377,9 @@ func (cs *clientStream) open(first []byte, hasFirst, closed bool) error {
 		return cs.fail(notExecutedf(Canceled, "%s [%s]: the stream was not opened: %v", cs.full(), cs.id(), err), false)
 	}
 	if err := <-done; err != nil {
+		if neverRan(err) {
+			return cs.fail(notExecutedf(Unavailable, "%s [%s]: send the stream's open to Redis: %v (it was not sent: safe to retry)", cs.full(), cs.id(), err), false)
+		}
 		return cs.fail(Errorf(Unavailable, "%s [%s]: send the stream's open to Redis: %v (whether it reached Redis, and so may run, is unknown)", cs.full(), cs.id(), err), false)
 	}
 	return nil

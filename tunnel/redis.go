@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rprtunnel/rpr/internal/redisinfo"
+	"github.com/rprtunnel/rpr/internal/store"
 )
 
 // Open connects to the Redis at rawURL and checks that it answers. The
@@ -240,3 +241,28 @@ func checkPool(rdb redis.UniversalClient, needed int, who string) error {
 // minFreeConns is the number of pooled connections kept for commands
 // beyond the blocking reads.
 const minFreeConns = 4
+
+// neverRan reports whether err, the failure of a write, proves that the
+// write had no effect, so that the call it carried was not sent: Redis
+// answered a plain command with an error (an error reply means the
+// command did nothing: OOM, READONLY, LOADING, NOPERM...), refused to run
+// a script at all, or no connection to Redis was ever made (a failed
+// dial, no free connection in the pool), so nothing was written.
+func neverRan(err error) bool {
+	if err == nil {
+		return false
+	}
+	var script *store.ScriptError
+	if errors.As(err, &script) {
+		return !script.Started
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, redis.ErrPoolTimeout)
+}

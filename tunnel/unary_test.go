@@ -388,3 +388,31 @@ func TestEndedContextIsNeverSentNorCounted(t *testing.T) {
 		t.Errorf("the handler ran %d calls with ended contexts", e.calls["never"])
 	}
 }
+
+// TestRefusedWriteIsNotExecuted: Redis at its maxmemory refuses the
+// request's write (OOM): the call fails NotExecuted, so that it is safe to
+// retry whatever the method does, and the next call after memory is
+// available succeeds.
+func TestRefusedWriteIsNotExecuted(t *testing.T) {
+	e := newEnv(t, envConfig{client: tunnel.ClientOptions{Breaker: tunnel.BreakerOptions{Disabled: true}}})
+	ctx := context.Background()
+	if _, err := e.call(ctx, "Echo", "warm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.call(ctx, "Echo", "refused")
+	if err := e.rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tunnel.CodeOf(err) != tunnel.Unavailable || !tunnel.NotExecuted(err) || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("call under OOM: %v; want UNAVAILABLE, NotExecuted, naming OOM", err)
+	}
+	if e.calls["refused"] != 0 {
+		t.Errorf("the refused call ran %d times", e.calls["refused"])
+	}
+	if _, err := e.call(ctx, "Echo", "after"); err != nil {
+		t.Fatalf("after memory came back: %v", err)
+	}
+}

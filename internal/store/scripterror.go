@@ -16,7 +16,12 @@ type ScriptError struct {
 	Script string // the script's name, e.g. "arbiter"
 	Code   string // Redis's error code: NOGROUP, OOM, WRONGTYPE, ...
 	Text   string // Redis's message after the code
-	err    error
+	// Started: Redis raised the error while running the script, whose
+	// writes until then stay. False when Redis refused to run it at all
+	// (READONLY, LOADING, BUSY...) or refused its first write (OOM):
+	// then it did nothing.
+	Started bool
+	err     error
 }
 
 func (e *ScriptError) Error() string {
@@ -61,5 +66,8 @@ func newScriptError(name string, err error) error {
 	if strings.ToUpper(code) != code || code == "" {
 		code, text = "ERR", msg
 	}
-	return &ScriptError{Script: name, Code: code, Text: luaLine.ReplaceAllString(text, ""), err: err}
+	// Raised inside the script, unless it is OOM: Redis checks memory at
+	// a script's first write, so an OOM means it wrote nothing.
+	started := (luaLocation.MatchString(rerr.Error()) || strings.Contains(rerr.Error(), "user_script:")) && code != "OOM"
+	return &ScriptError{Script: name, Code: code, Text: luaLine.ReplaceAllString(text, ""), Started: started, err: err}
 }

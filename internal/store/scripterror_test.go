@@ -42,6 +42,23 @@ func TestScriptErrorsHideLua(t *testing.T) {
 	if !errors.As(err, &rerr) {
 		t.Errorf("error %q does not unwrap to Redis's own error", err)
 	}
+	if !se.Started {
+		t.Errorf("a WRONGTYPE raised by redis.call inside the script has Started false")
+	}
+
+	// At maxmemory, Redis refuses the script's first write (the enqueue
+	// script's XADD): it wrote nothing.
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	q := NewEnqueue(shard.Requests(""), shard.Retries(""))
+	q.Add(100, 0, []byte("envelope"))
+	Run(ctx, rdb, &q.Call)
+	_, err = q.Result()
+	rdb.ConfigSet(ctx, "maxmemory", "0")
+	if !errors.As(err, &se) || se.Code != "OOM" || se.Started {
+		t.Errorf("under OOM: %v (%+v), want a *ScriptError with code OOM that never started", err, se)
+	}
 }
 
 // TestArbiterWithoutConsumerGroup checks that a request stream whose
