@@ -11,11 +11,13 @@ import (
 // only when all of these hold:
 //
 //   - its code is one of RetryableCodes (by default only UNAVAILABLE);
-//   - a retry cannot run the request twice: the request provably did not
-//     execute (NotExecuted), or the method is idempotent, or the failure
-//     happened in the client before any server answered (retries reuse the
-//     request id, so a server that did receive the first attempt answers
-//     the retry from its stored result instead of running it again);
+//   - a retry cannot do harm: the request provably did not execute
+//     (NotExecuted: it was never sent, Redis refused it, or it was
+//     withdrawn from the queue unrun), or the method is idempotent. A
+//     call whose send's outcome is unknown (the connection broke after
+//     writing) is retried only for an idempotent method: a unary request
+//     keeps no state that would recognise the retry, so retrying a
+//     non-idempotent one could run it twice;
 //   - attempts remain, and the backoff ends before the call's deadline.
 //
 // DEADLINE_EXCEEDED and CANCELED are never retried: the caller's time is up.
