@@ -92,9 +92,11 @@ type ClientOptions struct {
 	// down (default: on; 5 consecutive failures open one, 5s cool-down, 1
 	// half-open probe). See BreakerOptions.
 	Breaker BreakerOptions
-	// Shards sets, by service name, how many shards a service has when its
-	// proto sets no (rpr.v1.service).shards. The count recorded in Redis
-	// (by the servers, or `rpr shards set`) wins.
+	// Shards sets, by service name, how many shards this client expects a
+	// service to have when its proto sets no (rpr.v1.service).shards. The
+	// count recorded in Redis (by the servers, or `rpr shards set`) is the
+	// one followed; a client never raises it, and logs a warning when it
+	// expects more.
 	Shards map[string]int
 }
 

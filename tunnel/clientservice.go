@@ -22,8 +22,10 @@ import (
 type clientService struct {
 	name string
 	// configuredShards is the shard count this client was built for (the
-	// proto option or ClientOptions.Shards); the recorded count wins.
+	// proto option or ClientOptions.Shards); the recorded count wins, and
+	// a client never raises it.
 	configuredShards int
+	shardsWarned     atomic.Bool
 
 	ready chan struct{} // closed when setup finished; then err is set
 	err   error
@@ -114,7 +116,7 @@ func (c *Client) service(ctx context.Context, name string, configuredShards int)
 			kick:             make(chan struct{}, 1),
 			waiting:          map[string]chan callResult{},
 		}
-		s.shards.count.Store(int32(s.configuredShards))
+		s.shards.count.Store(1) // until the recorded count is read: shard 0 is always served
 		c.services[name] = s
 		c.wg.Add(1)
 		go c.startService(s)
@@ -152,14 +154,11 @@ func (c *Client) startService(s *clientService) {
 	go c.watch(s)
 }
 
-// setUp records a sharded service's shard count and reads
-// the service's state.
+// setUp reads the service's state. A client never records a shard count:
+// a caller must not be able to make every server of a service open more
+// readers than its pool holds (servers raise the count as they start, and
+// operators with rpr shards set).
 func (c *Client) setUp(ctx context.Context, s *clientService) error {
-	if s.configuredShards > 1 {
-		if _, err := raiseShards(ctx, c.rdb, c.keys, s.name, s.configuredShards); err != nil {
-			return err
-		}
-	}
 	return c.refresh(ctx, s)
 }
 
@@ -282,18 +281,23 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	return nil
 }
 
-// observeShards follows the service's recorded shard count (GET's reply):
-// the recorded count wins over this client's, which only matters while
-// none is recorded.
+// observeShards follows the service's recorded shard count (GET's reply;
+// none recorded is one shard), and says once when this client was built
+// for more.
 func (c *Client) observeShards(s *clientService, count *redis.StringCmd) {
 	raw, err := count.Result()
+	n := 1
 	switch {
 	case errors.Is(err, redis.Nil):
-		return // none recorded: keep the configured count
 	case err != nil:
 		return // unreachable: keep the last count
+	default:
+		n = parseShardCount(raw, nil)
 	}
-	n := parseShardCount(raw, nil)
+	if s.configuredShards > n && s.shardsWarned.CompareAndSwap(false, true) {
+		c.log.Warn("rpr: this client is configured for more shards than the service has; it follows the service's count (raise it with the servers' (rpr.v1.service).shards or rpr shards set)",
+			"service", s.name, "configured", s.configuredShards, "recorded", n)
+	}
 	if old := s.shards.count.Swap(int32(n)); int(old) != n {
 		c.log.Info("rpr: following the service's shard count recorded in Redis", "service", s.name, "shards", n, "was", old)
 	}

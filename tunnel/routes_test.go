@@ -286,6 +286,9 @@ func TestShardedServiceSpreadsAndServes(t *testing.T) {
 	rdb := rs.Client(t)
 	client := newLanesClient(t, rs.Client(t))
 	job := &lanesDesc(3).Methods[1]
+	if err := lanesAdmin(rdb).SetShards(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
 	const n = 300
 	for i := range n {
 		if _, err := client.Enqueue(context.Background(), job, wrapperspb.String(fmt.Sprint(i))); err != nil {
@@ -294,7 +297,7 @@ func TestShardedServiceSpreadsAndServes(t *testing.T) {
 	}
 	count, err := lanesAdmin(rdb).Shards(context.Background())
 	if err != nil || count != 3 {
-		t.Fatalf("Shards = %d, %v; want 3 recorded by the client", count, err)
+		t.Fatalf("Shards = %d, %v; want the 3 the operator recorded", count, err)
 	}
 	var total int64
 	for shard, key := range []string{"{" + lanesService + "}", "{" + lanesService + "#1}", "{" + lanesService + "#2}"} {
@@ -329,13 +332,20 @@ func TestShardedServiceSpreadsAndServes(t *testing.T) {
 }
 
 // TestShardRaiseWhileServing: a server started at one shard starts reading
-// the shards a client configured for more adds, without a restart.
+// the shards an operator's raise adds, without a restart, and clients
+// follow.
 func TestShardRaiseWhileServing(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
 	srv, _ := startLane(t, rdb, "", 1)
 	client := newLanesClient(t, rs.Client(t))
 	job := &lanesDesc(4).Methods[1]
+	if err := lanesAdmin(rdb).SetShards(context.Background(), 4); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to read the new shards", func() bool {
+		return rdb.Exists(context.Background(), "rpr:v1:{"+lanesService+"#3}:req").Val() == 1
+	})
 	const n = 200
 	for i := range n {
 		if _, err := client.Enqueue(context.Background(), job, wrapperspb.String(fmt.Sprint(i))); err != nil {
@@ -343,4 +353,37 @@ func TestShardRaiseWhileServing(t *testing.T) {
 		}
 	}
 	waitFor(t, "every job ran, in every shard", func() bool { return len(srv.executed()) == n })
+}
+
+// TestClientNeverRaisesShards: a client built for 64 shards of a service
+// whose servers run one does not raise the recorded count (every server
+// would open 64 readers per lane and exhaust its pool): it follows the
+// record, says so, and its calls are served.
+func TestClientNeverRaisesShards(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	srv, _ := startLane(t, rdb, "", 1)
+	logs := &logcapture.Buffer{}
+	client, err := tunnel.NewClient(rs.Client(t), tunnel.ClientOptions{
+		Shards: map[string]int{lanesService: tunnel.MaxShards},
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	job := &lanesDesc(0).Methods[1]
+	const n = 20
+	for i := range n {
+		if _, err := client.Enqueue(context.Background(), job, wrapperspb.String(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every job ran", func() bool { return len(srv.executed()) == n })
+	if count, err := lanesAdmin(rdb).Shards(context.Background()); err != nil || count != 1 {
+		t.Errorf("recorded shard count = %d, %v after a client built for %d: want 1", count, err, tunnel.MaxShards)
+	}
+	if !strings.Contains(logs.String(), "configured for more shards than the service has") {
+		t.Errorf("no warning that the client expects more shards:\n%s", logs.String())
+	}
 }

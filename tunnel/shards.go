@@ -21,10 +21,12 @@ import (
 // The count in force is recorded in Redis (rpr:v1:{S}:shards) and is the
 // one clients and servers follow:
 //
-//   - A server or client configured for more shards than recorded raises
-//     the record as it starts ((rpr.v1.service).shards, or the Shards
-//     options), and the others follow within a second. Growing is always
-//     safe: the new shards start empty.
+//   - A server configured for more shards than recorded raises the record
+//     as it starts ((rpr.v1.service).shards, or ServerOptions.Shards), and
+//     the others follow within a second. Growing is always safe: the new
+//     shards start empty. A client never raises it (a caller must not be
+//     able to make every server open more readers than its pool holds):
+//     it follows the record, one shard while none is recorded.
 //   - Servers read every shard of the record even when configured for
 //     fewer, and keep reading a shard for as long as they run, so requests
 //     a client sent just before a change are not stranded.
