@@ -215,3 +215,37 @@ func TestExpiredRequestIsNeverExecuted(t *testing.T) {
 		t.Errorf("state = %q, want TIMEOUT (so a late worker or the caller's arbiter sees it was never run)", st)
 	}
 }
+
+// TestEnvelopeBulkOutsideThePayloadIsBounded: the payload has its limit,
+// and so has the rest of an envelope. Metadata over MaxMetadataBytes is
+// refused by the client before sending; an envelope sent some other way
+// with bulk metadata, or bulk anywhere, is answered RESOURCE_EXHAUSTED
+// and dead-lettered with the reason, and the server serves on.
+func TestEnvelopeBulkOutsideThePayloadIsBounded(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	bulk := strings.Repeat("x", tunnel.MaxMetadataBytes)
+	_, err := e.call(context.Background(), "Echo", "bulky", tunnel.WithHeader("x-bulk", bulk))
+	if tunnel.CodeOf(err) != tunnel.ResourceExhausted || !tunnel.NotExecuted(err) || !strings.Contains(err.Error(), "MaxMetadataBytes") {
+		t.Fatalf("call with %d bytes of metadata: %v, want RESOURCE_EXHAUSTED, NotExecuted, naming MaxMetadataBytes", len(bulk), err)
+	}
+
+	for i, size := range []int{tunnel.MaxMetadataBytes + 1, tunnel.DefaultMaxMessageBytes + 2*tunnel.MaxMetadataBytes} {
+		reply := replyStream(t, e, fmt.Sprintf("bulk%d", i))
+		fields := validFields(fmt.Sprintf("20261129-TEST-1795995318695-BULK%06d", i), reply)
+		fields["h"] = map[string][]string{"x-bulk": {strings.Repeat("y", size)}}
+		e.xadd(t, "e", rawEnvelope(t, fields))
+		resp := readResponse(t, e, reply)
+		msg, _ := resp["msg"].(string)
+		if code := fmt.Sprint(resp["c"]); code != fmt.Sprint(uint32(tunnel.ResourceExhausted)) || !strings.Contains(msg, "limit") {
+			t.Errorf("envelope with %d bytes of metadata: answered %v %q, want RESOURCE_EXHAUSTED naming the limit", size, code, msg)
+		}
+	}
+	e.settled(t)
+	if r := e.deadLetterReasons(t); len(r) != 2 || !strings.Contains(r[0], "metadata") || !strings.Contains(r[1], "envelope is") {
+		t.Errorf("dead letters = %.200q, want the two refusals with their reasons", r)
+	}
+	if e.count("bulky") != 0 || e.count("Echo") != 1 {
+		t.Errorf("handler ran: bulky %d, Echo %d; want only the liveness probe", e.count("bulky"), e.count("Echo"))
+	}
+	e.stillServes(t)
+}

@@ -306,6 +306,9 @@ func (c *Client) marshalRequest(s *callStart, req proto.Message) ([]byte, error)
 	if len(payload) > c.opts.MaxRequestBytes {
 		return nil, notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", s.full, s.rid, len(payload), c.opts.MaxRequestBytes)
 	}
+	if err := checkMetadataSize(s.full, s.rid, s.cfg.header); err != nil {
+		return nil, err
+	}
 	return payload, nil
 }
 

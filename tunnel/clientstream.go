@@ -50,6 +50,9 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 	if ctx.Err() != nil {
 		return nil, notSent(ctx, full, rid, "before the stream was opened")
 	}
+	if err := checkMetadataSize(full, rid, started.cfg.header); err != nil {
+		return nil, err
+	}
 	pass, err := c.breakers.allow(method.Service.Name, full, rid)
 	if err != nil {
 		return nil, err

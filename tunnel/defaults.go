@@ -93,4 +93,11 @@ const (
 	// MaxAsyncTimeout bounds the time limit of one attempt of an async
 	// request.
 	MaxAsyncTimeout = 24 * time.Hour
+	// MaxMetadataBytes bounds a request's metadata (WithHeader), keys and
+	// values together, on both sides: the payload has its limit
+	// (MaxRequestBytes), and the rest of an envelope must have one too.
+	MaxMetadataBytes = 64 << 10
+	// envelopeOverhead is what an envelope may hold besides its payload
+	// and metadata (id, method, reply-to, key, policy...), generously.
+	envelopeOverhead = 16 << 10
 )

@@ -322,6 +322,17 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 	return nil
 }
 
+// refuseUnread dead-letters an entry the server will not run, with reason,
+// and answers its caller with code when the envelope names one.
+func (r *serveRun) refuseUnread(q *queue, entryID, raw string, code Code, reason string) {
+	id, replyTo := wire.PeekReplyAddress([]byte(raw))
+	r.server.log.Error("rpr: request refused; dead-lettered", "stream", q.requests, "entry", entryID, "request_id", id, "reason", reason)
+	r.deadLetter(q, entryID, raw, reason)
+	if id != "" && q.keys.IsResponses(replyTo) {
+		r.send(q, entryID, replyTo, errorResponse(id, Errorf(code, "the server of %s refused the request: %s", q.name, reason)))
+	}
+}
+
 // decode reads one entry. Entries that cannot be run are answered with an
 // error where there is a caller to tell, dead-lettered, acknowledged and
 // logged, and decode returns nil; nothing in an entry can stop the server.
@@ -331,6 +342,12 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 	if !ok {
 		s.log.Error("rpr: request entry has no envelope field; dead-lettered", "stream", q.requests, "entry", msg.ID)
 		r.deadLetter(q, msg.ID, "", fmt.Sprintf("entry has no %q field", wire.Field))
+		return nil
+	}
+	if limit := s.opts.MaxRequestBytes + MaxMetadataBytes + envelopeOverhead; len(raw) > limit {
+		// Refused before decoding: decoding is what a hostile envelope
+		// would make expensive.
+		r.refuseUnread(q, msg.ID, raw, ResourceExhausted, fmt.Sprintf("envelope is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes for the payload, tunnel.MaxMetadataBytes for metadata)", len(raw), limit))
 		return nil
 	}
 	env, err := wire.DecodeRequestString(raw)
@@ -346,6 +363,10 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 			}
 			r.send(q, msg.ID, replyTo, errorResponse(id, Errorf(code, "the server of %s could not read the request: %v", q.name, err)))
 		}
+		return nil
+	}
+	if n := Metadata(env.Header).size(); n > MaxMetadataBytes {
+		r.refuseUnread(q, msg.ID, raw, ResourceExhausted, fmt.Sprintf("request metadata is %d bytes, over the %d-byte limit (tunnel.MaxMetadataBytes)", n, MaxMetadataBytes))
 		return nil
 	}
 	if env.Kind == wire.KindUnary && !q.keys.IsResponses(env.ReplyTo) {

@@ -10,6 +10,27 @@ import (
 // one or more values. Keys are stored lower-case, as in HTTP/2 and gRPC.
 type Metadata map[string][]string
 
+// size returns how many bytes md's keys and values hold.
+func (md Metadata) size() int {
+	n := 0
+	for k, vs := range md {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return n
+}
+
+// checkMetadataSize refuses metadata over MaxMetadataBytes, before
+// anything is sent.
+func checkMetadataSize(full, rid string, md Metadata) error {
+	if n := md.size(); n > MaxMetadataBytes {
+		return notExecutedf(ResourceExhausted, "%s [%s]: request metadata is %d bytes, over the %d-byte limit (tunnel.MaxMetadataBytes): send bulk data in the request message", full, rid, n, MaxMetadataBytes)
+	}
+	return nil
+}
+
 // Get returns the first value of key, or "".
 func (md Metadata) Get(key string) string {
 	if v := md[strings.ToLower(key)]; len(v) > 0 {
