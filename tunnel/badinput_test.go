@@ -244,6 +244,16 @@ func TestEnvelopeBulkOutsideThePayloadIsBounded(t *testing.T) {
 	if r := e.deadLetterReasons(t); len(r) != 2 || !strings.Contains(r[0], "metadata") || !strings.Contains(r[1], "envelope is") {
 		t.Errorf("dead letters = %.200q, want the two refusals with their reasons", r)
 	}
+	// What a dead letter keeps of an entry it could not run is bounded.
+	entries, err := e.rdb.XRange(context.Background(), deadLetters, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range entries {
+		if kept := len(fmt.Sprint(m.Values["e"])); kept > 64<<10 {
+			t.Errorf("a dead letter keeps %d bytes of its entry, want at most 64 KiB", kept)
+		}
+	}
 	if e.count("bulky") != 0 || e.count("Echo") != 1 {
 		t.Errorf("handler ran: bulky %d, Echo %d; want only the liveness probe", e.count("bulky"), e.count("Echo"))
 	}

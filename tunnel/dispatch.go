@@ -613,9 +613,20 @@ func (r *serveRun) send(q *queue, entryID, replyTo string, resp *wire.Response) 
 
 // deadLetter moves an entry to the dead-letter stream with reason.
 func (r *serveRun) deadLetter(q *queue, entryID, raw, reason string) {
+	if len(raw) > unreadableKeepBytes {
+		// Unreadable or refused, so never replayable as it is: what is
+		// kept is for the operator to look at, not a copy of any size.
+		reason += fmt.Sprintf(" (the entry was %d bytes; its first %d are kept)", len(raw), unreadableKeepBytes)
+		raw = raw[:unreadableKeepBytes]
+	}
 	letter := wire.DeadLetter{Reason: reason, Code: InvalidArgument.String(), Worker: r.server.opts.WorkerID, Lane: r.server.opts.Lane}
 	r.logFailure("dead-letter request entry", entryID, r.runScript(&store.NewDeadLetterEntry(q.keys, q.requests, entryID, raw, letter).Call))
 }
+
+// unreadableKeepBytes bounds what the dead letter of an entry the server
+// could not read or refused keeps of it: a 64 MiB garbage entry cost 80 MiB
+// of Redis memory for good.
+const unreadableKeepBytes = 64 << 10
 
 // logFailure logs cmd's error, if any. An entry whose dead-lettering or
 // answer failed stays pending and is offered again by the reclaim scan.
