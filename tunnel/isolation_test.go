@@ -2,10 +2,12 @@ package tunnel_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -177,4 +180,64 @@ func TestForeignStateKeyAsyncBatch(t *testing.T) {
 	if v := w.rdb.Get(ctx, foreign).Val(); v != "somebody else's" {
 		t.Errorf("the foreign key now holds %q", v)
 	}
+}
+
+// TestReplaySkipsAForeignStateKeyAlone: replaying dead letters together,
+// one whose idempotency key's state holds a foreign value is skipped with
+// a reason naming the key and kept, while the others are queued again and
+// run; once the key is deleted it replays too.
+func TestReplaySkipsAForeignStateKeyAlone(t *testing.T) {
+	w := newAsyncWorld(t, tunnel.ClientOptions{})
+	ctx := context.Background()
+	var fixed atomic.Bool
+	w.jobs.setFunc(func(_ context.Context, in *wrapperspb.StringValue) error {
+		if !fixed.Load() {
+			return tunnel.Permanent(errors.New("not yet"))
+		}
+		return nil
+	})
+	for _, v := range []string{"a", "b"} {
+		if _, err := w.enqueue("Do", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.enqueue("Do", "poisoned", tunnel.WithIdempotencyKey("poisoned")); err != nil {
+		t.Fatal(err)
+	}
+	foreign := "rpr:v1:{" + jobsService + "}:st:poisoned"
+	if err := w.rdb.Set(ctx, foreign, "somebody else's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	w.serve(tunnel.ServerOptions{})
+	waitFor(t, "3 dead letters", func() bool { return len(w.deadLetters()) == 3 })
+	fixed.Store(true)
+
+	dlq := admin.New(w.rdb, admin.Options{}).Service(jobsService).DeadLetters()
+	letters, err := dlq.List(ctx, admin.DeadLetterFilter{}, 0)
+	if err != nil || len(letters) != 3 {
+		t.Fatalf("List: %d letters, %v", len(letters), err)
+	}
+	res, err := dlq.Replay(ctx, letters, nil)
+	if err != nil || res.Replayed != 2 || len(res.Skipped) != 1 {
+		t.Fatalf("Replay = %+v, %v; want 2 replayed and the foreign one skipped", res, err)
+	}
+	for _, reason := range res.Skipped {
+		if !strings.Contains(reason, foreign) || !strings.Contains(reason, "delete that key") {
+			t.Errorf("skipped because %q: want the key named and what to do", reason)
+		}
+	}
+	waitFor(t, "the replayed requests to run", func() bool { return w.jobs.count("a") == 2 && w.jobs.count("b") == 2 })
+	if n := len(w.deadLetters()); n != 1 {
+		t.Errorf("%d dead letters left, want the skipped one", n)
+	}
+
+	w.rdb.Del(ctx, foreign)
+	letters, err = dlq.List(ctx, admin.DeadLetterFilter{}, 0)
+	if err != nil || len(letters) != 1 {
+		t.Fatalf("List: %d letters, %v", len(letters), err)
+	}
+	if res, err := dlq.Replay(ctx, letters, nil); err != nil || res.Replayed != 1 {
+		t.Fatalf("Replay after deleting the key = %+v, %v", res, err)
+	}
+	waitFor(t, "the request to run", func() bool { return w.jobs.count("poisoned") == 1 })
 }
