@@ -89,19 +89,28 @@ func TestBadReplyToDoesNotHurtItsBatch(t *testing.T) {
 }
 
 // TestBadDeadlineReclaim: unary requests a dead worker took on the fast
-// path are taken over together, some with deadlines far out of range; all
-// of them, being idempotent, run again and are answered.
+// path are taken over together, some with deadlines far out of range and
+// one whose state key holds a string; the good ones and those with far
+// deadlines, being idempotent, run again and are answered, and the one
+// with the foreign state is answered FAILED_PRECONDITION naming the key
+// and dead-lettered, not run.
 func TestBadDeadlineReclaim(t *testing.T) {
 	e := newEnv(t, envConfig{noServe: true, server: tunnel.ServerOptions{Lease: time.Second}})
 	ctx := context.Background()
 	reply := replyStream(t, e, "reclaimed")
 	deadlines := []int64{math.MaxInt64, 1e15, math.MaxInt64 / 2}
 	const goods = 6
-	for i := range goods + len(deadlines) {
+	total := goods + len(deadlines) + 1
+	foreignID := fmt.Sprintf("20261201-TEST-1795995318695-D%09d", total-1)
+	foreign := "rpr:v1:{test.v1.Echo}:st:" + foreignID
+	if err := e.rdb.Set(ctx, foreign, "somebody else's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range total {
 		fields := validFields(fmt.Sprintf("20261201-TEST-1795995318695-D%09d", i), reply)
 		fields["m"] = echoService + "/Idem"
 		fields["p"] = mustMarshal(wrapperspb.String("v" + strconv.Itoa(i)))
-		if i >= goods {
+		if i >= goods && i < goods+len(deadlines) {
 			fields["dl"] = deadlines[i-goods]
 		}
 		e.xadd(t, "e", rawEnvelope(t, fields))
@@ -114,19 +123,30 @@ func TestBadDeadlineReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.serve()
-	for i, code := range answers(t, e, reply, goods+len(deadlines)) {
-		if code != 0 {
-			t.Errorf("answer %d has code %d, want OK", i, code)
+	var ok, refused int
+	for _, code := range answers(t, e, reply, total) {
+		switch code {
+		case 0:
+			ok++
+		case uint64(tunnel.FailedPrecondition):
+			refused++
 		}
 	}
+	if ok != total-1 || refused != 1 {
+		t.Errorf("%d answers OK and %d FAILED_PRECONDITION, want %d and 1", ok, refused, total-1)
+	}
 	e.settled(t)
-	for i := range goods + len(deadlines) {
+	for i := range total - 1 {
 		if n := e.count("Idem(v" + strconv.Itoa(i) + ")"); n != 1 {
 			t.Errorf("request %d ran %d times, want once", i, n)
 		}
 	}
-	if r := e.deadLetterReasons(t); len(r) != 0 {
-		t.Errorf("dead letters: %q", r)
+	if n := e.count("Idem(v" + strconv.Itoa(total-1) + ")"); n != 0 {
+		t.Errorf("the request with the foreign state ran %d times", n)
+	}
+	r := e.deadLetterReasons(t)
+	if len(r) != 1 || !strings.Contains(r[0], "not executed: its state key "+foreign+" holds a string") {
+		t.Errorf("dead letters: %q, want one naming %s", r, foreign)
 	}
 }
 
