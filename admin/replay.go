@@ -21,9 +21,10 @@ type ReplayResult struct {
 	// Gone were no longer in the dead-letter stream (replayed or dropped by
 	// someone else meanwhile).
 	Gone int
-	// Skipped cannot be replayed (not async, undecodable, or in a shard
-	// no server reads any more), by entry id with the reason; they stay in
-	// the dead-letter stream.
+	// Skipped cannot be replayed (not async, undecodable, in a shard no
+	// server reads any more, or with a foreign value at its idempotency
+	// key's state), by entry id with the reason; they stay in the
+	// dead-letter stream.
 	Skipped map[string]string
 	// Rerouted counts, by the lane they were dead-lettered in, the letters
 	// queued in the default lane instead, because their lane has no live
@@ -95,12 +96,14 @@ func (q *DeadLetters) Replay(ctx context.Context, letters []DeadLetter, progress
 		if err != nil {
 			return fmt.Errorf("rpr: replay dead letters of %s (shard %d, lane %s): %w", s.name, to.shard, to.lane, err)
 		}
-		for _, verdict := range out {
+		for i, verdict := range out {
 			switch verdict {
 			case store.Replayed:
 				res.Replayed++
 			case store.Succeeded:
 				res.AlreadySucceeded++
+			case store.ForeignState:
+				res.Skipped[batch[i].EntryID] = fmt.Sprintf("its idempotency key's state %s holds a value rpr did not write there (not a hash): something other than rpr writes under rpr's prefix; delete that key, then replay it", sk.State(batch[i].envelope.Key))
 			default:
 				res.Gone++
 			}

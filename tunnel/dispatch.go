@@ -48,8 +48,11 @@ type serveRun struct {
 // received is a decoded request entry a worker holds.
 type received struct {
 	entryID string
-	env     *wire.Request
-	method  *MethodDesc // nil when the service has no such method
+	// raw is the entry's envelope as read (env's payload shares its
+	// memory), for a dead letter.
+	raw    string
+	env    *wire.Request
+	method *MethodDesc // nil when the service has no such method
 	// deadline (Redis unix ms) ends the handler: the caller's for a unary
 	// call, the attempt's time limit for an async request.
 	deadline int64
@@ -314,6 +317,8 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 			log.Info("rpr: request already running under another entry; duplicate retired", "worker", d.Detail)
 		case store.VerdictBusy:
 			log.Debug("rpr: request held by a live worker; left alone", "worker", d.Detail)
+		case store.VerdictForeign:
+			r.refuseForeign(q, req, d.Detail, false)
 		default:
 			log.Error("rpr: unknown begin decision", "decision", d.Verdict)
 		}
@@ -374,7 +379,7 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
 	}
-	req := &received{entryID: msg.ID, env: env, deadline: env.Deadline}
+	req := &received{entryID: msg.ID, raw: raw, env: env, deadline: env.Deadline}
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
 		req.method = q.methods[methodName]
 	}
@@ -463,7 +468,8 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		log.Error("rpr: encode response", "error", err)
 		return
 	}
-	ttl := time.Until(deadline) + stateMargin
+	// (bounded first: a caller's deadline may lie centuries ahead)
+	ttl := min(time.Until(deadline), store.MaxStateTTL) + stateMargin
 	comp := &completion{fast: req.fast, // no state to record on the fast path
 		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}
 	if s.opts.Retention > 0 {
@@ -589,6 +595,10 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 			log.Warn("rpr: lost this request to another worker (lease expired); outcome not written")
 		case res.err == nil && res.n == store.CallerGone:
 			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
+		case res.err == nil && res.n == store.ReplyWrongType:
+			r.refuseForeign(q, req, comp.Target, true)
+		case res.err == nil && res.n == store.StateWrongType:
+			r.refuseForeign(q, req, comp.State, true)
 		case res.err != nil && time.Now().Before(giveUp):
 			log.Warn("rpr: write outcome failed; retrying", "error", res.err)
 			backoff.wait(context.Background())

@@ -16,16 +16,25 @@ import "time"
 //	ARGV[2k+1] its response envelope
 //
 // Returns one result per request: 1 when written, 0 when the reply stream
-// no longer exists.
+// no longer exists, -2 when the reply-to key holds something other than a
+// stream (nothing is written for that request and its entry is left
+// pending, for the caller to dead-letter; the others are answered all the
+// same).
 var answerScript = newScript("answer", `
 local out, done = {}, {}
 for k = 1, #KEYS - 1 do
-  out[k] = 1
-  if not redis.call('XADD', KEYS[k + 1], 'NOMKSTREAM', '*', 'e', ARGV[2 * k + 1]) then out[k] = 0 end
-  done[k] = ARGV[2 * k]
+  local r = redis.pcall('XADD', KEYS[k + 1], 'NOMKSTREAM', '*', 'e', ARGV[2 * k + 1])
+  if wrong_type(r) then
+    out[k] = -2
+  else
+    out[k] = r and 1 or 0
+    done[#done + 1] = ARGV[2 * k]
+  end
 end
-redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
-redis.call('XDEL', KEYS[1], unpack(done))
+if #done > 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
+  redis.call('XDEL', KEYS[1], unpack(done))
+end
 return out
 `)
 
@@ -42,17 +51,24 @@ return out
 //	ARGV[3k] entry id of request k   ARGV[3k+1] its response envelope
 //	ARGV[3k+2] its record
 //
-// Returns what answerScript returns.
+// Returns what answerScript returns; a request whose reply-to is not a
+// stream has its record written all the same (the call did finish).
 var answerKeepScript = newScript("answer_keep", `
 local out, done = {}, {}
 for k = 1, (#KEYS - 1) / 2 do
-  out[k] = 1
-  if not redis.call('XADD', KEYS[2 * k], 'NOMKSTREAM', '*', 'e', ARGV[3 * k + 1]) then out[k] = 0 end
+  local r = redis.pcall('XADD', KEYS[2 * k], 'NOMKSTREAM', '*', 'e', ARGV[3 * k + 1])
   redis.call('SET', KEYS[2 * k + 1], ARGV[3 * k + 2], 'PX', ARGV[2])
-  done[k] = ARGV[3 * k]
+  if wrong_type(r) then
+    out[k] = -2
+  else
+    out[k] = r and 1 or 0
+    done[#done + 1] = ARGV[3 * k]
+  end
 end
-redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
-redis.call('XDEL', KEYS[1], unpack(done))
+if #done > 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
+  redis.call('XDEL', KEYS[1], unpack(done))
+end
 return out
 `)
 
@@ -96,6 +112,6 @@ func (a *Answer) Add(replyTo, entryID string, resp []byte, done string, record [
 	a.n++
 }
 
-// Result returns Written or CallerGone for each answer, in the order
-// added.
+// Result returns Written, CallerGone or ReplyWrongType for each answer,
+// in the order added.
 func (a *Answer) Result() ([]int64, error) { return a.ints(a.n) }

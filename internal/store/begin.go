@@ -19,13 +19,16 @@ import (
 //	                 attempt, has a caller waiting for a reply (1|0),
 //	                 the worker it was taken over from ('' when read afresh)
 //
-// Returns one {decision, detail} per entry.
+// Returns one {decision, detail} per entry. Each entry is decided on its
+// own: a key of one entry's that holds a foreign value (WRONGTYPE) makes
+// its decision 'foreign', naming the key, and a deadline too far ahead
+// keeps its state MaxStateTTL; neither fails the others.
 var beginScript = newScript("begin", `
 local now = now_ms()
 local stream, workers, group, worker = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local lease, margin, silence = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local function gone(owner, leaseUntil)
-  if tonumber(leaseUntil or '0') > now then return false end
+  if (tonumber(leaseUntil) or 0) > now then return false end
   if owner == worker then return true end
   local beat = beat_ms(redis.call('HGET', workers, owner))
   return not beat or now - beat > silence
@@ -36,7 +39,7 @@ for k = 1, (#KEYS - 2) / 2 do
   local entry, deadline = ARGV[6 * k], tonumber(ARGV[6 * k + 1])
   local idempotent, attempt = ARGV[6 * k + 2] == '1', tonumber(ARGV[6 * k + 3])
   local replies, takenFrom = ARGV[6 * k + 4] == '1', ARGV[6 * k + 5]
-  local ttl = math.max(deadline - now, 0) + margin
+  local ttl = state_ttl(deadline, now, margin)
   local function retire()
     redis.call('XACK', stream, group, entry)
     redis.call('XDEL', stream, entry)
@@ -46,10 +49,14 @@ for k = 1, (#KEYS - 2) / 2 do
       'lease', now + lease, 'attempt', attempt, 'claimed_ms', now)
     redis.call('PEXPIRE', st, ttl)
   end
-  local cur = redis.call('HMGET', st, 'state', 'worker', 'entry', 'lease', 'attempt', 'resp')
-  local state, owner = cur[1], cur[2]
+  local cur = redis.pcall('HMGET', st, 'state', 'worker', 'entry', 'lease', 'attempt', 'resp')
+  local foreign = wrong_type(cur)
+  local state, owner
+  if not foreign then state, owner = cur[1], cur[2] or 'unknown' end
   if state == 'DEAD' then state = nil end
-  if not state then
+  if foreign then
+    out[k] = {'foreign', st}
+  elseif not state then
     if now >= deadline then
       redis.call('HSET', st, 'state', 'TIMEOUT', 'marked_ms', now)
       redis.call('PEXPIRE', st, margin)
@@ -67,14 +74,14 @@ for k = 1, (#KEYS - 2) / 2 do
   elseif state == 'TIMEOUT' or state == 'CANCELLED' then
     retire()
     out[k] = {'closed', state}
-  elseif state == 'SUCCESS' or (state == 'FAILED' and attempt <= tonumber(cur[5] or '0')) then
-    retire()
-    if replies then
-      if cur[6] then
-        redis.call('XADD', reply, 'NOMKSTREAM', '*', 'e', cur[6])
-      end
+  elseif state == 'SUCCESS' or (state == 'FAILED' and attempt <= (tonumber(cur[5]) or 0)) then
+    if replies and cur[6] and wrong_type(redis.pcall('XADD', reply, 'NOMKSTREAM', '*', 'e', cur[6])) then
+      out[k] = {'foreign', reply}
+    elseif replies then
+      retire()
       out[k] = {'resent', state}
     else
+      retire()
       out[k] = {'finished', state}
     end
   elseif state == 'FAILED' then
@@ -127,6 +134,12 @@ const (
 	VerdictClosed Verdict = "closed"
 	// VerdictExpired: the deadline passed in the queue; marked TIMEOUT, retired.
 	VerdictExpired Verdict = "expired"
+	// VerdictForeign: a key of the entry's holds another kind of value than
+	// rpr keeps there (something other than rpr wrote under its prefix);
+	// nothing was written for it and it is still pending, for the worker
+	// to dead-letter. The detail names the key: the request's state hash,
+	// or its reply stream.
+	VerdictForeign Verdict = "foreign"
 )
 
 // Decision is the begin script's verdict on one entry with its detail (a
@@ -157,7 +170,7 @@ type BeginEntry struct {
 
 // Begin decides, for a batch of request entries of one stream that a
 // worker has just read or reclaimed, which it may run, in one round trip
-// (see the verdicts, VerdictRun to VerdictExpired).
+// (see the verdicts, VerdictRun to VerdictForeign).
 //
 // A unary entry taken over without a state hash ran on the fast path
 // (its delivery was its claim) under a worker that is gone, which may

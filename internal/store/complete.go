@@ -32,7 +32,11 @@ import (
 //
 // Returns one result per request: 1 when done, 0 when the reply stream no
 // longer exists (the caller is gone; nothing is created for it), -1 when
-// this worker lost the request (fenced).
+// this worker lost the request (fenced), -2 when the reply-to key holds
+// something other than a stream (the state is recorded, nothing is sent)
+// and -3 when the state key holds something other than a hash (nothing is
+// written). Entries with -2 or -3 are left pending, for the caller to
+// dead-letter; the other requests of the call complete all the same.
 var completeScript = newScript("complete", `
 local now -- Redis time (ms), read once and only when a state needs it
 local function clock()
@@ -46,8 +50,10 @@ for k = 1, (#KEYS - 1) / 3 do
   local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local id, record, recordTTL = ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
-  local cur = redis.call('HMGET', st, 'state', 'worker', 'attempt')
-  if cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
+  local cur = redis.pcall('HMGET', st, 'state', 'worker', 'attempt')
+  if wrong_type(cur) then
+    out[k] = -3
+  elseif cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
   else
     local fields
@@ -72,14 +78,15 @@ for k = 1, (#KEYS - 1) / 3 do
     if record ~= '' then redis.call('SET', rec, record, 'PX', recordTTL) end
     out[k] = 1
     if action == 'reply' then
-      if not redis.call('XADD', target, 'NOMKSTREAM', '*', 'e', resp) then out[k] = 0 end
+      local r = redis.pcall('XADD', target, 'NOMKSTREAM', '*', 'e', resp)
+      if wrong_type(r) then out[k] = -2 elseif not r then out[k] = 0 end
     elseif action == 'retry' then
       redis.call('ZADD', target, clock() + tonumber(extra), env)
     elseif action == 'dead' then
       local fields = cjson.decode(extra)
       redis.call('XADD', target, '*', 'e', env, 'entry', entry, 'failed_ms', clock(), unpack(fields))
     end
-    done[#done + 1] = entry
+    if out[k] ~= -2 then done[#done + 1] = entry end
   end
 end
 if #done > 0 then
@@ -139,11 +146,18 @@ type Completion struct {
 
 // Fenced is Complete's result for a request this worker lost to another
 // (it wrote nothing); CallerGone for a reply whose caller's stream no
-// longer exists; Written for the rest.
+// longer exists; Written for the rest. ReplyWrongType (Complete and
+// Answer) is the result for a request whose reply-to key holds another
+// kind of value than a stream, and StateWrongType (Complete) for one whose
+// state key holds another kind than a hash: values something other than
+// rpr wrote under its prefix. Nothing was sent for such a request and its
+// entry is still pending: the caller dead-letters it.
 const (
-	Fenced     = -1
-	CallerGone = 0
-	Written    = 1
+	StateWrongType = -3
+	ReplyWrongType = -2
+	Fenced         = -1
+	CallerGone     = 0
+	Written        = 1
 )
 
 // Complete writes the outcomes of claimed requests of one request stream
@@ -183,11 +197,18 @@ func (c *Complete) Add(comp *Completion) {
 	}
 	c.keys = append(c.keys, target, comp.State, recordKey)
 	c.args = append(c.args, comp.EntryID, comp.Action, comp.Final,
-		max(comp.TTL, time.Millisecond).Milliseconds(), comp.Response, comp.Envelope, extra,
-		comp.ID, record, max(comp.RecordTTL, time.Millisecond).Milliseconds())
+		ttlMillis(comp.TTL), comp.Response, comp.Envelope, extra,
+		comp.ID, record, ttlMillis(comp.RecordTTL))
 	c.n++
 }
 
-// Result returns Written, CallerGone or Fenced for each outcome, in the
-// order added.
+// Result returns Written, CallerGone, Fenced, ReplyWrongType or
+// StateWrongType for each outcome, in the order added.
 func (c *Complete) Result() ([]int64, error) { return c.ints(c.n) }
+
+// ttlMillis is d in milliseconds for PEXPIRE: at least 1, at most
+// MaxStateTTL (so that an out-of-range deadline never makes Redis refuse
+// the expiry, and with it the whole call).
+func ttlMillis(d time.Duration) int64 {
+	return min(max(d, time.Millisecond), MaxStateTTL).Milliseconds()
+}

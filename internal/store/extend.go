@@ -12,7 +12,7 @@ import "time"
 //	         request (no state: the pending list says whose it is), else 's'
 //
 // Returns the entry ids this worker no longer holds (taken over by another
-// worker, or state gone). A request this worker has just completed is not
+// worker, or state gone or overwritten by a foreign value). A request this worker has just completed is not
 // lost: its completion may land between the caller's snapshot and this.
 var extendScript = newScript("extend", `
 local now = now_ms()
@@ -27,7 +27,8 @@ for i = 2, #KEYS do
       lost[#lost + 1] = entry -- taken over by another worker
     end -- not pending: it has just completed
   else
-    local cur = redis.call('HMGET', KEYS[i], 'state', 'worker', 'entry')
+    local cur = redis.pcall('HMGET', KEYS[i], 'state', 'worker', 'entry')
+    if wrong_type(cur) then cur = {} end -- a foreign value: not this worker's
     local mine = cur[2] == ARGV[2] and cur[3] == entry
     if mine and cur[1] == 'PROCESSING' then
       redis.call('HSET', KEYS[i], 'lease', now + tonumber(ARGV[3]))

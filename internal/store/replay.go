@@ -11,14 +11,22 @@ package store
 //	ARGV[2k-1] entry id of dead letter k   ARGV[2k] the envelope to queue
 //
 // Returns one result per dead letter: 'replayed', 'succeeded' (dropped,
-// its key already succeeded) or 'gone' (no such dead letter any more).
+// its key already succeeded), 'gone' (no such dead letter any more) or
+// 'foreign' (its state key holds something other than a hash; the letter
+// is kept, and the others are replayed all the same).
 var replayScript = newScript("replay", `
 local out = {}
 for k = 1, #KEYS - 2 do
   local entry, env = ARGV[2 * k - 1], ARGV[2 * k]
-  if #redis.call('XRANGE', KEYS[1], entry, entry) == 0 then
+  local state
+  if #redis.call('XRANGE', KEYS[1], entry, entry) > 0 then
+    state = redis.pcall('HGET', KEYS[2 + k], 'state')
+  end
+  if state == nil then
     out[k] = 'gone'
-  elseif redis.call('HGET', KEYS[2 + k], 'state') == 'SUCCESS' then
+  elseif wrong_type(state) then
+    out[k] = 'foreign'
+  elseif state == 'SUCCESS' then
     redis.call('XDEL', KEYS[1], entry)
     out[k] = 'succeeded'
   else
@@ -35,6 +43,9 @@ const (
 	Replayed  = "replayed"  // queued again
 	Succeeded = "succeeded" // dropped: its idempotency key has succeeded since
 	Gone      = "gone"      // no such dead letter any more
+	// ForeignState: kept, not queued: its state key holds another kind of
+	// value than a hash (something other than rpr wrote it).
+	ForeignState = "foreign"
 )
 
 // Replay queues dead letters of one shard again, into one lane's request
@@ -58,6 +69,6 @@ func (r *Replay) Add(entryID, state string, envelope []byte) {
 	r.n++
 }
 
-// Result returns Replayed, Succeeded or Gone for each dead letter, in the
-// order added.
+// Result returns Replayed, Succeeded, Gone or ForeignState for each dead
+// letter, in the order added.
 func (r *Replay) Result() ([]string, error) { return r.strings(r.n) }

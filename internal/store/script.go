@@ -5,14 +5,38 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// MaxStateTTL is the longest a script keeps a request's state: a request
+// whose deadline lies further ahead (a caller's out-of-range value) has
+// its state kept this long, so that the expiry Redis is asked for is
+// always one it accepts and never fails the other entries of the batch.
+const MaxStateTTL = 100 * 365 * 24 * time.Hour
+
 // prelude is the Lua every script starts with: the helpers several scripts
 // share, so that each is written once. Redis compiles a script once per
 // SHA, so the prelude costs nothing per call but defining a few locals.
-const prelude = `
+var prelude = `
+-- max_ttl_ms is MaxStateTTL: no state is kept longer.
+local max_ttl_ms = ` + itoa(MaxStateTTL.Milliseconds()) + `
+-- state_ttl is how long a state whose deadline is deadline (Redis ms) is
+-- kept from now, margin included: never past max_ttl_ms, so that the
+-- number is one PEXPIRE accepts (Lua prints larger ones in exponent form).
+local function state_ttl(deadline, now, margin)
+  return math.min(math.max(deadline - now, 0), max_ttl_ms) + margin
+end
+-- wrong_type reports whether r, what a redis.pcall on a key named by one
+-- entry returned, is Redis's WRONGTYPE: that key holds another kind of
+-- value, which must fail that entry alone. Any other error concerns the
+-- whole call (OOM, READONLY, ...) and is raised again.
+local function wrong_type(r)
+  if type(r) ~= 'table' or not r.err then return false end
+  if string.sub(r.err, 1, 9) == 'WRONGTYPE' then return true end
+  return error(r)
+end
 -- now_ms and now_us read Redis's own clock (TIME): host clocks never decide.
 local function now_ms()
   local t = redis.call('TIME')
