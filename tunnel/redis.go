@@ -66,8 +66,8 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		rdb := redis.NewFailoverClient(o)
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			_ = rdb.Close()
-			return nil, fmt.Errorf("rpr: connect to redis master %q through the sentinels at %s: %w (%s)",
-				o.MasterName, RedactURL(rawURL), err, askSentinels(o))
+			return nil, fmt.Errorf("rpr: connect to redis master %q through the sentinels at %s: %w%s (%s)",
+				o.MasterName, RedactURL(rawURL), err, refusedCertHint(err), askSentinels(o))
 		}
 		return rdb, nil
 	case target.cluster != nil:
@@ -80,7 +80,7 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		if db := target.single.DB; db != 0 && strings.Contains(err.Error(), "SELECT is not allowed in cluster mode") {
 			return nil, urlError(rawURL, clusterDBError(strconv.Itoa(db)))
 		}
-		return nil, fmt.Errorf("rpr: connect to redis at %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("rpr: connect to redis at %s: %w%s", RedactURL(rawURL), err, refusedCertHint(err))
 	}
 	if target.parts == nil { // a Unix socket
 		return rdb, nil
@@ -113,7 +113,7 @@ func askSentinels(o *redis.FailoverOptions) string {
 		wg.Go(func() {
 			c := redis.NewClient(&redis.Options{
 				Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword,
-				TLSConfig: o.TLSConfig, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second,
+				TLSConfig: o.TLSConfig, Dialer: o.Dialer, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second,
 			})
 			defer c.Close()
 			master, err := c.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", o.MasterName).StringSlice()
@@ -164,7 +164,7 @@ func openCluster(ctx context.Context, opts *redis.ClusterOptions, rawURL string)
 		if strings.Contains(err.Error(), "cluster support disabled") {
 			hint = " (not a Redis Cluster: for one standalone server give a single host:port)"
 		}
-		return nil, fmt.Errorf("rpr: connect to redis cluster at %s: %w%s", RedactURL(rawURL), err, hint)
+		return nil, fmt.Errorf("rpr: connect to redis cluster at %s: %w%s%s", RedactURL(rawURL), err, hint, refusedCertHint(err))
 	}
 	return rdb, nil
 }
