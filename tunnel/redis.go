@@ -44,6 +44,29 @@ import (
 // require it. Every form takes the query options go-redis understands for
 // that kind of client (e.g. ?dial_timeout=3s&pool_size=64).
 //
+// The TLS forms (rediss://, rediss+sentinel://) verify the server's
+// certificate against the system's CAs (or SSL_CERT_FILE) and take, in
+// each of their forms:
+//
+//	?tls_ca=/etc/rpr/ca.pem                 CA certificates (PEM) to verify the server
+//	                                        against, in place of the system's
+//	?tls_cert=/etc/rpr/client.pem&tls_key=/etc/rpr/client-key.pem
+//	                                        a client certificate and its key (PEM), for
+//	                                        mutual TLS (Redis's tls-auth-clients)
+//	?tls_server_name=redis.internal         the name every server's certificate must
+//	                                        carry; default: the URL's first host, for
+//	                                        every node, sentinel and master alike
+//	?skip_verify=true                       go-redis's own: no verification at all
+//
+// Open reads the files once, at the call, and refuses an unreadable file,
+// one without the PEM blocks wanted, a certificate without its key (or the
+// reverse), and a TLS parameter on a scheme without TLS, naming the
+// parameter and the file. A rediss:// address whose server does not speak
+// TLS fails within the dial, with an error saying so: when the handshake
+// gets no answer for half a second, or the server closes it, rpr sends
+// PING on a plain connection to the same address, and a Redis reply there
+// ends the dial.
+//
 // Cluster clients reload the slot map when a node stops answering, not only
 // on MOVED: go-redis (v9.22 and later) would otherwise keep dialling a
 // failed master for up to a minute after its replica took over

@@ -223,12 +223,12 @@ func newTLSDialer(cfg *tls.Config) *tlsDialer {
 	return &tlsDialer{cfg: cfg, plaintext: map[string]bool{}}
 }
 
-// errNotTLS is what a dial to a plaintext port fails with.
-type errNotTLS struct {
+// notTLSError is what a dial to a plaintext port fails with.
+type notTLSError struct {
 	addr, reply string
 }
 
-func (e *errNotTLS) Error() string {
+func (e *notTLSError) Error() string {
 	return fmt.Sprintf("the server at %s does not speak TLS: it answers in plaintext Redis (%q); use redis:// for this port, or rediss:// with the server's TLS port (tls-port)", e.addr, e.reply)
 }
 
@@ -287,7 +287,7 @@ func (d *tlsDialer) handshake(ctx context.Context, conn *tls.Conn, network, addr
 	timer := time.AfterFunc(delay, func() {
 		defer close(probed)
 		if reply, ok := probePlaintext(hctx, network, addr); ok {
-			cancel(&errNotTLS{addr: addr, reply: reply})
+			cancel(&notTLSError{addr: addr, reply: reply})
 		}
 	})
 	err := conn.HandshakeContext(hctx)
@@ -297,13 +297,13 @@ func (d *tlsDialer) handshake(ctx context.Context, conn *tls.Conn, network, addr
 	} else if err != nil && closedEarly(err) {
 		// Closed before the probe was due: ask now.
 		if reply, ok := probePlaintext(ctx, network, addr); ok {
-			cancel(&errNotTLS{addr: addr, reply: reply})
+			cancel(&notTLSError{addr: addr, reply: reply})
 		}
 	}
 	if err == nil {
 		return nil
 	}
-	var notTLS *errNotTLS
+	var notTLS *notTLSError
 	if errors.As(context.Cause(hctx), &notTLS) {
 		d.mark(addr, true)
 		return notTLS
@@ -311,7 +311,7 @@ func (d *tlsDialer) handshake(ctx context.Context, conn *tls.Conn, network, addr
 	var rec tls.RecordHeaderError
 	if errors.As(err, &rec) && isRESPType(rec.RecordHeader[0]) {
 		d.mark(addr, true)
-		return &errNotTLS{addr: addr, reply: string(rec.RecordHeader[:])}
+		return &notTLSError{addr: addr, reply: string(rec.RecordHeader[:])}
 	}
 	return fmt.Errorf("TLS handshake with %s: %w%s", addr, err, verifyHint(err))
 }

@@ -18,7 +18,7 @@ import (
 const redisURLForms = "redis://[user:password@]host:port[/db] (one server, or any node of a Cluster), " +
 	"redis://host1:port1,host2:port2,... (Cluster seeds), " +
 	"redis+sentinel://[user:password@]host1:port1,host2:port2,.../master[/db] (Sentinel); " +
-	"rediss:// and rediss+sentinel:// for TLS"
+	"rediss:// and rediss+sentinel:// for TLS (?tls_ca=, ?tls_cert= with ?tls_key=, ?tls_server_name=)"
 
 func urlError(rawURL string, err error) error {
 	return fmt.Errorf("rpr: redis URL %q: %w; accepted forms: %s", RedactURL(rawURL), err, redisURLForms)
