@@ -58,7 +58,11 @@ func takeTLSParams(scheme string, q url.Values) (tlsParams, error) {
 		return tlsParams{}, nil
 	}
 	var p tlsParams
-	for name, dst := range map[string]*string{paramTLSCA: &p.ca, paramTLSCert: &p.cert, paramTLSKey: &p.key, paramTLSServerName: &p.serverName} {
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{paramTLSCA, &p.ca}, {paramTLSCert, &p.cert}, {paramTLSKey, &p.key}, {paramTLSServerName, &p.serverName}} {
+		name := f.name
 		vs, ok := q[name]
 		if !ok {
 			continue
@@ -70,7 +74,7 @@ func takeTLSParams(scheme string, q url.Values) (tlsParams, error) {
 		case vs[0] == "":
 			return tlsParams{}, fmt.Errorf("?%s= is empty: %s", name, tlsParamWants(name))
 		}
-		*dst = vs[0]
+		*f.dst = vs[0]
 	}
 	switch {
 	case p.cert != "" && p.key == "":
