@@ -45,6 +45,29 @@ import (
 // require it. Every form takes the query options go-redis understands for
 // that kind of client (e.g. ?dial_timeout=3s&pool_size=64).
 //
+// The TLS forms (rediss://, rediss+sentinel://) verify the server's
+// certificate against the system's CAs (or SSL_CERT_FILE) and take, in
+// each of their forms:
+//
+//	?tls_ca=/etc/rpr/ca.pem                 CA certificates (PEM) to verify the server
+//	                                        against, in place of the system's
+//	?tls_cert=/etc/rpr/client.pem&tls_key=/etc/rpr/client-key.pem
+//	                                        a client certificate and its key (PEM), for
+//	                                        mutual TLS (Redis's tls-auth-clients)
+//	?tls_server_name=redis.internal         the name every server's certificate must
+//	                                        carry; default: the URL's first host, for
+//	                                        every node, sentinel and master alike
+//	?skip_verify=true                       go-redis's own: no verification at all
+//
+// Open reads the files once, at the call, and refuses an unreadable file,
+// one without the PEM blocks wanted, a certificate without its key (or the
+// reverse), and a TLS parameter on a scheme without TLS, naming the
+// parameter and the file. A rediss:// address whose server does not speak
+// TLS fails within the dial, with an error saying so: when the handshake
+// gets no answer for half a second, or the server closes it, rpr sends
+// PING on a plain connection to the same address, and a Redis reply there
+// ends the dial.
+//
 // Cluster clients reload the slot map when a node stops answering, not only
 // on MOVED: go-redis (v9.22 and later) would otherwise keep dialling a
 // failed master for up to a minute after its replica took over
@@ -67,8 +90,8 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		rdb := redis.NewFailoverClient(o)
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			_ = rdb.Close()
-			return nil, fmt.Errorf("rpr: connect to redis master %q through the sentinels at %s: %w (%s)",
-				o.MasterName, RedactURL(rawURL), err, askSentinels(o))
+			return nil, fmt.Errorf("rpr: connect to redis master %q through the sentinels at %s: %w%s (%s)",
+				o.MasterName, RedactURL(rawURL), err, refusedCertHint(err), askSentinels(o))
 		}
 		return rdb, nil
 	case target.cluster != nil:
@@ -81,7 +104,7 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		if db := target.single.DB; db != 0 && strings.Contains(err.Error(), "SELECT is not allowed in cluster mode") {
 			return nil, urlError(rawURL, clusterDBError(strconv.Itoa(db)))
 		}
-		return nil, fmt.Errorf("rpr: connect to redis at %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("rpr: connect to redis at %s: %w%s", RedactURL(rawURL), err, refusedCertHint(err))
 	}
 	if target.parts == nil { // a Unix socket
 		return rdb, nil
@@ -114,7 +137,7 @@ func askSentinels(o *redis.FailoverOptions) string {
 		wg.Go(func() {
 			c := redis.NewClient(&redis.Options{
 				Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword,
-				TLSConfig: o.TLSConfig, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second,
+				TLSConfig: o.TLSConfig, Dialer: o.Dialer, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second,
 			})
 			defer c.Close()
 			master, err := c.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", o.MasterName).StringSlice()
@@ -165,7 +188,7 @@ func openCluster(ctx context.Context, opts *redis.ClusterOptions, rawURL string)
 		if strings.Contains(err.Error(), "cluster support disabled") {
 			hint = " (not a Redis Cluster: for one standalone server give a single host:port)"
 		}
-		return nil, fmt.Errorf("rpr: connect to redis cluster at %s: %w%s", RedactURL(rawURL), err, hint)
+		return nil, fmt.Errorf("rpr: connect to redis cluster at %s: %w%s%s", RedactURL(rawURL), err, hint, refusedCertHint(err))
 	}
 	return rdb, nil
 }

@@ -18,7 +18,7 @@ import (
 const redisURLForms = "redis://[user:password@]host:port[/db] (one server, or any node of a Cluster), " +
 	"redis://host1:port1,host2:port2,... (Cluster seeds), " +
 	"redis+sentinel://[user:password@]host1:port1,host2:port2,.../master[/db] (Sentinel); " +
-	"rediss:// and rediss+sentinel:// for TLS"
+	"rediss:// and rediss+sentinel:// for TLS (?tls_ca=, ?tls_cert= with ?tls_key=, ?tls_server_name=)"
 
 func urlError(rawURL string, err error) error {
 	return fmt.Errorf("rpr: redis URL %q: %w; accepted forms: %s", RedactURL(rawURL), err, redisURLForms)
@@ -41,8 +41,9 @@ type urlParts struct {
 	scheme string // lower case
 	user   string // "user:password@" as written, or ""
 	hosts  []string
-	path   string // "" or starting with "/"
-	query  url.Values
+	path   string     // "" or starting with "/"
+	query  url.Values // without the TLS parameters, which are in tls
+	tls    tlsParams
 }
 
 // cutURL splits raw into its scheme, its authority (from "://" to the
@@ -98,6 +99,9 @@ func parseRedisURL(raw string) (redisTarget, error) {
 	if err != nil {
 		return redisTarget{}, err
 	}
+	if p.tls, err = takeTLSParams(p.scheme, p.query); err != nil {
+		return redisTarget{}, err
+	}
 	switch p.scheme {
 	case "unix":
 		o, err := redis.ParseURL(raw)
@@ -107,8 +111,14 @@ func parseRedisURL(raw string) (redisTarget, error) {
 			o, err := parseClusterParts(p)
 			return redisTarget{cluster: o}, err
 		}
+		if p.tls.set() { // go-redis would refuse them
+			raw = buildURL(p.scheme, p.user, p.hosts[0], p.path, p.query)
+		}
 		o, err := redis.ParseURL(raw)
 		if err != nil {
+			return redisTarget{}, err
+		}
+		if o.Dialer, err = withTLS(o.TLSConfig, p.tls); err != nil {
 			return redisTarget{}, err
 		}
 		return redisTarget{single: o, parts: &p}, nil
@@ -139,7 +149,14 @@ func parseClusterParts(p urlParts) (*redis.ClusterOptions, error) {
 	for _, a := range addrs {
 		q.Add("addr", a)
 	}
-	return redis.ParseClusterURL(buildURL(p.scheme, p.user, p.hosts[0], "", q))
+	o, err := redis.ParseClusterURL(buildURL(p.scheme, p.user, p.hosts[0], "", q))
+	if err != nil {
+		return nil, err
+	}
+	if o.Dialer, err = withTLS(o.TLSConfig, p.tls); err != nil {
+		return nil, err
+	}
+	return o, nil
 }
 
 func clusterDBError(db string) error {
@@ -213,6 +230,9 @@ func parseSentinelParts(p urlParts) (*redis.FailoverOptions, error) {
 		o.Password, _ = u.User.Password()
 	}
 	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPassword
+	if o.Dialer, err = withTLS(o.TLSConfig, p.tls); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 

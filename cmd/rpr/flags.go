@@ -35,7 +35,7 @@ const (
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 // redisURLHelp is the help of every --redis flag.
-const redisURLHelp = "Redis URL: redis://host:port/db, rediss:// (TLS), redis://h1:p1,h2:p2 (Cluster seed nodes) or redis+sentinel://h1:p1,h2:p2/master"
+const redisURLHelp = "Redis URL: redis://host:port/db, rediss:// (TLS; ?tls_ca=, ?tls_cert=&tls_key=), redis://h1:p1,h2:p2 (Cluster seed nodes) or redis+sentinel://h1:p1,h2:p2/master"
 
 func (f *redisFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.url, "redis", envOr(envRedisURL, defaultRedisURL), redisURLHelp+"; $"+envRedisURL+" sets the default")

@@ -66,6 +66,7 @@ type Option func(*config)
 type config struct {
 	directives   [][2]string // extra redis.conf lines, in order
 	startTimeout time.Duration
+	tls          *tlsSetup // WithTLS; nil without
 }
 
 // WithConfig adds a redis.conf directive, written after the defaults so it
@@ -87,7 +88,9 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
-	cfg  config
+	// tlsPort is the TLS port of a server started WithTLS, else 0.
+	tlsPort int
+	cfg     config
 
 	mu   sync.Mutex
 	proc *process // current process; nil before the first start
@@ -146,6 +149,14 @@ func startFreePort(s *Server, start func() error) error {
 			return fmt.Errorf("finding a free port: %w", err)
 		}
 		s.port = port
+		if s.cfg.tls != nil {
+			if s.tlsPort, err = freePort(); err != nil {
+				return fmt.Errorf("finding a free port: %w", err)
+			}
+			if s.tlsPort == port {
+				continue
+			}
+		}
 		if lastErr = start(); lastErr == nil || !errors.Is(lastErr, errPortInUse) {
 			return lastErr
 		}
@@ -192,7 +203,11 @@ func (s *Server) writeConfig() error {
 	b.WriteString("save \"\"\nappendonly no\n")
 	// DEBUG SLEEP for fault tests; immutable, so it must be set at start-up.
 	b.WriteString("enable-debug-command yes\n")
-	for _, d := range s.cfg.directives {
+	ds := s.cfg.directives
+	if s.cfg.tls != nil && s.tlsPort != 0 {
+		ds = append(s.cfg.tls.directives(s.tlsPort), ds...)
+	}
+	for _, d := range ds {
 		fmt.Fprintf(&b, "%s %s\n", d[0], d[1])
 	}
 	return os.WriteFile(filepath.Join(s.dir, confName), []byte(b.String()), 0o644)
