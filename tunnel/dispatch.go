@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -327,69 +326,6 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 	return nil
 }
 
-// refuseUnread dead-letters an entry the server will not run, with reason,
-// and answers its caller with code when the envelope names one.
-func (r *serveRun) refuseUnread(q *queue, entryID, raw string, code Code, reason string) {
-	id, replyTo := wire.PeekReplyAddress([]byte(raw))
-	r.server.log.Error("rpr: request refused; dead-lettered", "stream", q.requests, "entry", entryID, "request_id", id, "reason", reason)
-	r.deadLetter(q, entryID, raw, reason)
-	if id != "" && q.keys.IsResponses(replyTo) {
-		r.send(q, entryID, replyTo, errorResponse(id, Errorf(code, "the server of %s refused the request: %s", q.name, reason)))
-	}
-}
-
-// decode reads one entry. Entries that cannot be run are answered with an
-// error where there is a caller to tell, dead-lettered, acknowledged and
-// logged, and decode returns nil; nothing in an entry can stop the server.
-func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
-	s := r.server
-	raw, ok := msg.Values[wire.Field].(string)
-	if !ok {
-		s.log.Error("rpr: request entry has no envelope field; dead-lettered", "stream", q.requests, "entry", msg.ID)
-		r.deadLetter(q, msg.ID, "", fmt.Sprintf("entry has no %q field", wire.Field))
-		return nil
-	}
-	if limit := s.opts.MaxRequestBytes + MaxMetadataBytes + envelopeOverhead; len(raw) > limit {
-		// Refused before decoding: decoding is what a hostile envelope
-		// would make expensive.
-		r.refuseUnread(q, msg.ID, raw, ResourceExhausted, fmt.Sprintf("envelope is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes for the payload, tunnel.MaxMetadataBytes for metadata)", len(raw), limit))
-		return nil
-	}
-	env, err := wire.DecodeRequestString(raw)
-	if err != nil {
-		id, replyTo := wire.PeekReplyAddress([]byte(raw))
-		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", q.requests, "entry", msg.ID, "request_id", id, "error", err)
-		r.deadLetter(q, msg.ID, raw, err.Error())
-		if id != "" && q.keys.IsResponses(replyTo) {
-			code := InvalidArgument
-			var verr wire.VersionError
-			if errors.As(err, &verr) {
-				code = FailedPrecondition
-			}
-			r.send(q, msg.ID, replyTo, errorResponse(id, Errorf(code, "the server of %s could not read the request: %v", q.name, err)))
-		}
-		return nil
-	}
-	if n := Metadata(env.Header).size(); n > MaxMetadataBytes {
-		r.refuseUnread(q, msg.ID, raw, ResourceExhausted, fmt.Sprintf("request metadata is %d bytes, over the %d-byte limit (tunnel.MaxMetadataBytes)", n, MaxMetadataBytes))
-		return nil
-	}
-	if env.Kind == wire.KindUnary && !q.keys.IsResponses(env.ReplyTo) {
-		s.log.Error("rpr: reply-to is not a response stream of this service; dead-lettered", "request_id", env.ID, "reply_to", env.ReplyTo)
-		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
-		return nil
-	}
-	req := &received{entryID: msg.ID, raw: raw, env: env, deadline: env.Deadline}
-	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
-		req.method = q.methods[methodName]
-	}
-	if env.Kind == wire.KindAsync {
-		req.state = q.stateKey(env.Key)
-		req.deadline = s.clock.toRedis(time.Now().Add(asyncTimeout(env, req.method)))
-	}
-	return req
-}
-
 // begin runs the begin script over batch, which decides in one round trip
 // which of its entries this worker may run.
 func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]store.Decision, error) {
@@ -550,108 +486,4 @@ func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc,
 		err = Errorf(Internal, "%s [%s]: handler returned neither a reply nor an error", env.Method, env.ID)
 	}
 	return reply, err
-}
-
-// responseError returns the status resp carries, nil for OK.
-func responseError(resp *wire.Response) error {
-	if resp == nil || Code(resp.Code) == OK {
-		return nil
-	}
-	return &Error{code: Code(resp.Code), message: resp.Message}
-}
-
-// errorResponse builds a response carrying err as a status.
-func errorResponse(id string, err error) *wire.Response {
-	e := toError(err)
-	resp := &wire.Response{Version: wire.Version, ID: id, Code: uint32(e.code), Message: e.message}
-	if e.code == OK { // an *Error with code OK is still a failure
-		resp.Code = uint32(Unknown)
-	}
-	for _, d := range e.details {
-		if b, err := proto.Marshal(d); err == nil {
-			resp.Details = append(resp.Details, b)
-		}
-	}
-	return resp
-}
-
-// complete writes a claimed request's outcome (see completeScript) and
-// retires its entry in one script, batched with other completions. It
-// returns once that is done, so a handler slot also covers its completion.
-// If Redis cannot be reached it keeps trying, with backoff, for as long as
-// the request's state lives: the outcome exists, and the request stays this
-// worker's (its lease is extended meanwhile) until it is written.
-func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requestLogger) {
-	s := r.server
-	comp.queue, comp.req = q, req
-	comp.EntryID, comp.State = req.entryID, req.state
-	giveUp := time.Now().Add(comp.TTL)
-	backoff := newBackoff(50*time.Millisecond, time.Second)
-	for {
-		res := r.completer.complete(comp)
-		switch {
-		case res.err == nil && res.n == store.Fenced:
-			s.stats.leasesLost.Add(1)
-			log.Warn("rpr: lost this request to another worker (lease expired); outcome not written")
-		case res.err == nil && res.n == store.CallerGone:
-			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
-		case res.err == nil && res.n == store.ReplyWrongType:
-			r.refuseForeign(q, req, comp.Target, true)
-		case res.err == nil && res.n == store.StateWrongType:
-			r.refuseForeign(q, req, comp.State, true)
-		case res.err != nil && time.Now().Before(giveUp):
-			log.Warn("rpr: write outcome failed; retrying", "error", res.err)
-			backoff.wait(context.Background())
-			continue
-		case res.err != nil:
-			log.Error("rpr: write outcome failed until the request's state expired; giving up (the caller has timed out)", "error", res.err)
-		}
-		return
-	}
-}
-
-// send writes a response to a caller who sent an entry that could not be
-// decoded; there is no state to update.
-func (r *serveRun) send(q *queue, entryID, replyTo string, resp *wire.Response) {
-	raw, err := wire.EncodeResponse(resp)
-	if err != nil {
-		r.server.log.Error("rpr: encode response", "request_id", resp.ID, "error", err)
-		return
-	}
-	r.logFailure("answer a bad request", entryID, r.runScript(&store.NewReply(replyTo, raw).Call))
-}
-
-// deadLetter moves an entry to the dead-letter stream with reason.
-func (r *serveRun) deadLetter(q *queue, entryID, raw, reason string) {
-	if len(raw) > unreadableKeepBytes {
-		// Unreadable or refused, so never replayable as it is: what is
-		// kept is for the operator to look at, not a copy of any size.
-		reason += fmt.Sprintf(" (the entry was %d bytes; its first %d are kept)", len(raw), unreadableKeepBytes)
-		raw = raw[:unreadableKeepBytes]
-	}
-	letter := wire.DeadLetter{Reason: reason, Code: InvalidArgument.String(), Worker: r.server.opts.WorkerID, Lane: r.server.opts.Lane}
-	r.logFailure("dead-letter request entry", entryID, r.runScript(&store.NewDeadLetterEntry(q.keys, q.requests, entryID, raw, letter).Call))
-}
-
-// unreadableKeepBytes bounds what the dead letter of an entry the server
-// could not read or refused keeps of it: a 64 MiB garbage entry cost 80 MiB
-// of Redis memory for good.
-const unreadableKeepBytes = 64 << 10
-
-// logFailure logs cmd's error, if any. An entry whose dead-lettering or
-// answer failed stays pending and is offered again by the reclaim scan.
-func (r *serveRun) logFailure(what, entryID string, err error) {
-	if err != nil {
-		r.server.log.Error("rpr: "+what, "entry", entryID, "error", err)
-	}
-}
-
-// runScript sends call through the completion batcher and returns its
-// error once it has run.
-func (r *serveRun) runScript(call *store.Call) error {
-	result := make(chan error, 1)
-	if err := r.completions.submit(context.Background(), scriptOp(call, func(err error) { result <- err })); err != nil {
-		return err
-	}
-	return <-result
 }

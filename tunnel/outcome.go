@@ -1,0 +1,102 @@
+package tunnel
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
+)
+
+// Writing a request's outcome: the response, the completion script that
+// retires the request, and the scripts the server runs through its
+// completion batcher.
+
+// responseError returns the status resp carries, nil for OK.
+func responseError(resp *wire.Response) error {
+	if resp == nil || Code(resp.Code) == OK {
+		return nil
+	}
+	return &Error{code: Code(resp.Code), message: resp.Message}
+}
+
+// errorResponse builds a response carrying err as a status.
+func errorResponse(id string, err error) *wire.Response {
+	e := toError(err)
+	resp := &wire.Response{Version: wire.Version, ID: id, Code: uint32(e.code), Message: e.message}
+	if e.code == OK { // an *Error with code OK is still a failure
+		resp.Code = uint32(Unknown)
+	}
+	for _, d := range e.details {
+		if b, err := proto.Marshal(d); err == nil {
+			resp.Details = append(resp.Details, b)
+		}
+	}
+	return resp
+}
+
+// complete writes a claimed request's outcome (see completeScript) and
+// retires its entry in one script, batched with other completions. It
+// returns once that is done, so a handler slot also covers its completion.
+// If Redis cannot be reached it keeps trying, with backoff, for as long as
+// the request's state lives: the outcome exists, and the request stays this
+// worker's (its lease is extended meanwhile) until it is written.
+func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requestLogger) {
+	s := r.server
+	comp.queue, comp.req = q, req
+	comp.EntryID, comp.State = req.entryID, req.state
+	giveUp := time.Now().Add(comp.TTL)
+	backoff := newBackoff(50*time.Millisecond, time.Second)
+	for {
+		res := r.completer.complete(comp)
+		switch {
+		case res.err == nil && res.n == store.Fenced:
+			s.stats.leasesLost.Add(1)
+			log.Warn("rpr: lost this request to another worker (lease expired); outcome not written")
+		case res.err == nil && res.n == store.CallerGone:
+			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
+		case res.err == nil && res.n == store.ReplyWrongType:
+			r.refuseForeign(q, req, comp.Target, true)
+		case res.err == nil && res.n == store.StateWrongType:
+			r.refuseForeign(q, req, comp.State, true)
+		case res.err != nil && time.Now().Before(giveUp):
+			log.Warn("rpr: write outcome failed; retrying", "error", res.err)
+			backoff.wait(context.Background())
+			continue
+		case res.err != nil:
+			log.Error("rpr: write outcome failed until the request's state expired; giving up (the caller has timed out)", "error", res.err)
+		}
+		return
+	}
+}
+
+// send writes a response to a caller who sent an entry that could not be
+// decoded; there is no state to update.
+func (r *serveRun) send(q *queue, entryID, replyTo string, resp *wire.Response) {
+	raw, err := wire.EncodeResponse(resp)
+	if err != nil {
+		r.server.log.Error("rpr: encode response", "request_id", resp.ID, "error", err)
+		return
+	}
+	r.logFailure("answer a bad request", entryID, r.runScript(&store.NewReply(replyTo, raw).Call))
+}
+
+// logFailure logs cmd's error, if any. An entry whose dead-lettering or
+// answer failed stays pending and is offered again by the reclaim scan.
+func (r *serveRun) logFailure(what, entryID string, err error) {
+	if err != nil {
+		r.server.log.Error("rpr: "+what, "entry", entryID, "error", err)
+	}
+}
+
+// runScript sends call through the completion batcher and returns its
+// error once it has run.
+func (r *serveRun) runScript(call *store.Call) error {
+	result := make(chan error, 1)
+	if err := r.completions.submit(context.Background(), scriptOp(call, func(err error) { result <- err })); err != nil {
+		return err
+	}
+	return <-result
+}
