@@ -454,11 +454,38 @@ func (w *envelopeWriter) retryPolicy(k string, p *RetryPolicy) {
 // nothing: src's position is always the decoder's.
 type envelopeReader struct {
 	in  []byte
-	src bytes.Reader // reads in
+	src envelopeSource // reads in
 	dec *msgpack.Decoder
 	// frozen says in is the bytes of a string, which never change: string
 	// values are then cut from it without a copy.
 	frozen bool
+}
+
+// errEnded reports input that ends inside a value: a header without the
+// bytes it announces, or no header where a value must follow. (The
+// decoder's io.EOF said only "EOF".)
+var errEnded = errors.New("the input ends in the middle of a value (truncated?)")
+
+// envelopeSource is the bytes.Reader an envelopeReader's decoder reads,
+// which reports the end of the input as errEnded.
+type envelopeSource struct{ bytes.Reader }
+
+// ReadByte implements io.ByteReader.
+func (s *envelopeSource) ReadByte() (byte, error) {
+	c, err := s.Reader.ReadByte()
+	if err == io.EOF {
+		err = errEnded
+	}
+	return c, err
+}
+
+// Read implements io.Reader.
+func (s *envelopeSource) Read(p []byte) (int, error) {
+	n, err := s.Reader.Read(p)
+	if err == io.EOF {
+		err = errEnded
+	}
+	return n, err
 }
 
 // envelopeReaders holds readers whose decoder is bound to their src for
@@ -484,6 +511,9 @@ func readEnvelope(b []byte, frozen bool, read func(r *envelopeReader) error) err
 // decodeEnvelope runs decode over b with a pooled reader and refuses bytes
 // left over after it.
 func decodeEnvelope(b []byte, frozen bool, decode func(r *envelopeReader) error) error {
+	if len(b) == 0 {
+		return errors.New("empty")
+	}
 	return readEnvelope(b, frozen, func(r *envelopeReader) error {
 		if err := decode(r); err != nil {
 			return err

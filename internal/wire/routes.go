@@ -44,6 +44,12 @@ type LaneWeight struct {
 	Weight int    `json:"weight"`
 }
 
+// MaxLaneWeight bounds a lane's weight in a rule. Weights are shares
+// (v1:90,v2:10); the bound keeps their sum far from overflowing, which
+// made a rule with huge weights send every call to its first lane, weight
+// 0 or not.
+const MaxLaneWeight = 1_000_000
+
 // maxLaneLen bounds lane names, which appear in key names.
 const maxLaneLen = 32
 
@@ -72,8 +78,8 @@ func (r RouteRule) Validate() error {
 			return fmt.Errorf("lane %q is listed twice", lw.Lane)
 		}
 		seen[lw.Lane] = true
-		if lw.Weight < 0 {
-			return fmt.Errorf("lane %q has a negative weight", lw.Lane)
+		if lw.Weight < 0 || lw.Weight > MaxLaneWeight {
+			return fmt.Errorf("lane %q has weight %d: want 0 to %d (weights are shares, e.g. v1:90,v2:10)", lw.Lane, lw.Weight, MaxLaneWeight)
 		}
 	}
 	if r.TotalWeight() == 0 {
