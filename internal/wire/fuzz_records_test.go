@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"reflect"
 	"strings"
@@ -12,7 +13,8 @@ import (
 
 // The fuzz targets of the records and rules rpr keeps in Redis as JSON or
 // as the fields of a stream entry: worker records, finished records,
-// handoff messages, dead letters, rate-limit rules and routing tables.
+// handoff messages, dead letters, rate-limit rules and routing tables,
+// and the form of a routing rule `rpr routes set` reads.
 // Each checks what the envelope targets check (fuzz_test.go): no panic, a
 // round trip that keeps the value, and errors that name the problem.
 
@@ -187,6 +189,43 @@ func FuzzParseRouteTable(f *testing.F) {
 		}
 		if len(errs) > 0 || !reflect.DeepEqual(again[pattern], rules) {
 			t.Fatalf("%q changed in a round trip: was %+v, now %+v (%v)", raw, rules, again[pattern], errs)
+		}
+	})
+}
+
+// FuzzParseRouteRule fuzzes ParseRouteRule, which reads the rules `rpr
+// routes set` writes to a routes hash: no spec panics it, a refused spec
+// is named in the error, and an accepted rule reads back from its String
+// the same (a rule of one lane is written without its weight, which does
+// not matter: one lane takes every call).
+func FuzzParseRouteRule(f *testing.F) {
+	for _, spec := range []string{
+		"v2", "v1:90,v2:10", "x-canary=true => v2", "tenant=acme,x-beta=1 => v2:50,default:50",
+		"k== => v", "v1:0,v2:1000000", "=> v2", "x=1", "v1:-1", "V2", "a:9223372036854775807,b:1",
+	} {
+		f.Add(spec)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		r, err := ParseRouteRule(spec)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "route rule ") {
+				t.Fatalf("%q: the error %q does not name the rule", spec, err)
+			}
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("%q: accepted a rule that does not validate: %v", spec, err)
+		}
+		again, err := ParseRouteRule(r.String())
+		if err != nil {
+			t.Fatalf("%q reads as %q, which does not read: %v", spec, r.String(), err)
+		}
+		same := maps.Equal(r.Match, again.Match) && len(r.Lanes) == len(again.Lanes)
+		for i := 0; same && i < len(r.Lanes); i++ {
+			same = r.Lanes[i].Lane == again.Lanes[i].Lane && (len(r.Lanes) == 1 || r.Lanes[i].Weight == again.Lanes[i].Weight)
+		}
+		if !same {
+			t.Fatalf("%q changed in a round trip through %q: was %+v, now %+v", spec, r.String(), r, again)
 		}
 	})
 }
