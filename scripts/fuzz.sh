@@ -28,9 +28,8 @@ trap 'rm -rf "$bin"' EXIT
 cache=$($GO env GOCACHE)/fuzz
 
 # Directories with fuzz targets, from the files git tracks or would add.
-dirs=$(git ls-files --cached --others --exclude-standard -- '*_test.go' |
-    while read -r f; do [ -f "$f" ] && grep -l '^func Fuzz[A-Za-z0-9_]*(f \*testing\.F)' "$f" || true; done |
-    xargs -r -n1 dirname | sort -u)
+fuzz_func='^func Fuzz[A-Za-z0-9_]*(f \*testing\.F)'
+dirs=$(git grep -l --untracked -e "$fuzz_func" -- '*_test.go' | xargs -r -n1 dirname | sort -u)
 [ -n "$dirs" ] || { echo "fuzz: no fuzz targets found" >&2; exit 1; }
 
 total=0
@@ -44,11 +43,11 @@ for dir in $dirs; do
     for target in $targets; do
         [ -z "$only_target" ] || [ "$target" = "$only_target" ] || continue
         echo "fuzz: $pkg $target for $FUZZTIME"
-        t0=$SECONDS
+        t0=$EPOCHREALTIME
         (cd "$dir" && "$test_bin" -test.run='^$' -test.fuzz="^$target\$" -test.fuzztime="$FUZZTIME" \
             -test.fuzzcachedir="$cache/$pkg" -test.fuzzminimizetime=10s) ||
             { echo "fuzz: $pkg $target failed (the input is in $dir/testdata/fuzz/$target/)" >&2; exit 1; }
-        echo "fuzz: $target took $((SECONDS - t0))s"
+        awk -v t="$target" -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "fuzz: %s took %.1fs\n", t, b - a }'
         total=$((total + 1))
     done
 done
