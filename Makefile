@@ -2,7 +2,9 @@
 # (.ci/run); it needs only Go, git and apt-get (for redis-server).
 #
 #   make test       ensure redis-server, lint, check gen/ for drift, build each
-#                   module on its own, go test -race every module
+#                   module on its own, go test -race every module, then run
+#                   every fuzz target for FUZZTIME_TEST (3s) each
+#   make fuzz       every fuzz target for FUZZTIME (1m) each
 #   make lint       gofmt check, go vet, staticcheck, buf lint
 #   make generate   regenerate gen/ from proto/ (buf + protoc-gen-go + protoc-gen-rpr)
 #                   and protoc-gen-rpr's embedded copy of rpr/v1/options.proto
@@ -35,9 +37,13 @@ TEST_FLAGS ?= -race -count=1 -timeout 12m
 MODULES := $(shell $(GO) work edit -json | sed -n 's/^[[:space:]]*"DiskPath": "\(.*\)".*/\1/p')
 PKGS ?= $(addsuffix /...,$(MODULES))
 
-.PHONY: test ensure-redis lint fmt-check vet staticcheck buf-lint generate gen-check modules go-test bench demo
+# How long `make test` and `make fuzz` run each fuzz target.
+FUZZTIME_TEST ?= 3s
+FUZZTIME ?= 1m
 
-test: ensure-redis lint gen-check modules go-test
+.PHONY: test ensure-redis lint fmt-check vet staticcheck buf-lint generate gen-check modules go-test fuzz-test fuzz bench demo
+
+test: ensure-redis lint gen-check modules go-test fuzz-test
 
 ensure-redis:
 	scripts/ensure-redis.sh
@@ -111,6 +117,17 @@ modules:
 
 go-test:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+# Native Go fuzz targets (func FuzzX(f *testing.F)) of the decoders that
+# read what is in Redis. go test runs their seeds as tests (go-test); these
+# fuzz them, one target per run of its package's test binary
+# (scripts/fuzz.sh). A failing input is written to testdata/fuzz/FuzzX/ of
+# its package: fix the decoder and commit the input as a seed.
+fuzz-test:
+	GO=$(GO) FUZZTIME=$(FUZZTIME_TEST) scripts/fuzz.sh
+
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./tunnel/... ./internal/oteltest/...

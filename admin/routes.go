@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/rprtunnel/rpr/internal/wire"
@@ -93,42 +92,11 @@ func ValidateLane(lane string) error { return wire.ValidateLane(lane) }
 //	x-canary=true => v2         calls whose x-canary header is "true" to v2
 //	tenant=acme,x-beta=1 => v2:50,default:50
 func ParseRouteRule(spec string) (RouteRule, error) {
-	var rule RouteRule
-	match, lanes, hasMatch := strings.Cut(spec, "=>")
-	if !hasMatch {
-		lanes, match = match, ""
+	r, err := wire.ParseRouteRule(spec)
+	if err != nil {
+		return RouteRule{}, err
 	}
-	if hasMatch {
-		rule.Match = map[string]string{}
-		for _, cond := range strings.Split(match, ",") {
-			key, value, ok := strings.Cut(strings.TrimSpace(cond), "=")
-			key = strings.ToLower(strings.TrimSpace(key))
-			if !ok || key == "" {
-				return RouteRule{}, fmt.Errorf("route rule %q: header condition %q is not key=value (e.g. x-canary=true => v2)", spec, strings.TrimSpace(cond))
-			}
-			rule.Match[key] = strings.TrimSpace(value)
-		}
-	}
-	if !hasMatch && strings.Contains(lanes, "=") {
-		return RouteRule{}, fmt.Errorf("route rule %q: a header match needs \"=> lane\" after it (e.g. %q)", spec, strings.TrimSpace(lanes)+" => v2")
-	}
-	for _, part := range strings.Split(lanes, ",") {
-		part = strings.TrimSpace(part)
-		lane, weightText, weighted := strings.Cut(part, ":")
-		weight := 1
-		if weighted {
-			w, err := strconv.Atoi(strings.TrimSpace(weightText))
-			if err != nil || w < 0 {
-				return RouteRule{}, fmt.Errorf("route rule %q: weight of lane %q must be a whole number ≥ 0 (e.g. v1:90,v2:10)", spec, lane)
-			}
-			weight = w
-		}
-		rule.Lanes = append(rule.Lanes, LaneWeight{Lane: strings.TrimSpace(lane), Weight: weight})
-	}
-	if err := rule.Validate(); err != nil {
-		return RouteRule{}, fmt.Errorf("route rule %q: %w", spec, err)
-	}
-	return rule, nil
+	return routeRuleOf(r), nil
 }
 
 // Key returns the name of the routes hash, for messages and redis-cli.

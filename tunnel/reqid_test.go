@@ -65,3 +65,29 @@ func TestBizCodeForService(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseRequestID fuzzes ParseRequestID, which also reads the ids
+// found in Redis (rpr trace, rpr dlq): no input panics it, a refused id is
+// named in the error, and an accepted one is exactly what its String
+// writes, so that looking it up finds the same keys.
+func FuzzParseRequestID(f *testing.F) {
+	f.Add(newRequestID("ORD1", time.UnixMilli(1795995318695)))
+	f.Add("20261129-ORD1-1764434400123-K7P2QXM4RT")
+	f.Add("19700101-ORD1-0000000000000-K7P2QXM4RT")
+	f.Add("20261129-ord1-1764434400123-K7P2QXM4RT")
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := ParseRequestID(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "rpr: request id ") {
+				t.Fatalf("%q: the error %q does not name the id", s, err)
+			}
+			return
+		}
+		if id.String() != s {
+			t.Fatalf("%q was accepted, but the id it names is written %q", s, id.String())
+		}
+		if again, err := ParseRequestID(id.String()); err != nil || !again.Time.Equal(id.Time) || again.Biz != id.Biz || again.Random != id.Random {
+			t.Fatalf("%q changed in a round trip: was %+v, now %+v (%v)", s, id, again, err)
+		}
+	})
+}

@@ -454,7 +454,7 @@ func (w *envelopeWriter) retryPolicy(k string, p *RetryPolicy) {
 // nothing: src's position is always the decoder's.
 type envelopeReader struct {
 	in  []byte
-	src bytes.Reader // reads in
+	src envelopeSource // reads in
 	dec *msgpack.Decoder
 	// frozen says in is the bytes of a string, which never change: string
 	// values are then cut from it without a copy.
@@ -484,6 +484,9 @@ func readEnvelope(b []byte, frozen bool, read func(r *envelopeReader) error) err
 // decodeEnvelope runs decode over b with a pooled reader and refuses bytes
 // left over after it.
 func decodeEnvelope(b []byte, frozen bool, decode func(r *envelopeReader) error) error {
+	if len(b) == 0 {
+		return errors.New("empty")
+	}
 	return readEnvelope(b, frozen, func(r *envelopeReader) error {
 		if err := decode(r); err != nil {
 			return err

@@ -392,8 +392,9 @@ func TestEnvelopeCodecStrictness(t *testing.T) {
 		"negative kind":           {rawMap(t, validRequestFields("k", -1)...), []string{`field "k"`, "out of range"}},
 		"array envelope":          {[]byte{0x91, 0x01}, []string{"malformed envelope", "not a msgpack map"}},
 		"nil envelope":            {[]byte{0xc0}, []string{"malformed envelope: no version"}},
-		"empty input":             {nil, []string{"malformed envelope", "EOF"}},
+		"empty input":             {nil, []string{"malformed envelope: empty"}},
 		"truncated":               {good[:len(good)-1], []string{"malformed envelope", `field "p"`}},
+		"truncated in a value":    {[]byte{0x81, 0xa1, 'v', 0xd3, 0x00}, []string{`malformed envelope: field "v": the input ends in the middle of a value`}},
 		"huge map":                {[]byte{0xdf, 0xff, 0xff, 0xff, 0xff}, []string{"exceeds the bytes left"}},
 		"huge payload":            {[]byte{0x82, 0xa1, 'v', 0x01, 0xa1, 'p', 0xc6, 0xff, 0xff, 0xff, 0xff}, []string{`field "p"`, "exceeds the bytes left"}},
 		"no version":              {rawMap(t, "id", "id"), []string{"malformed envelope: no version"}},
@@ -533,7 +534,7 @@ func checkPeeksAgainstReference(t *testing.T, b []byte) {
 // withoutNaN replaces a NaN multiplier, which reflect.DeepEqual finds
 // unequal to itself, by a stand-in; it returns v.
 func withoutNaN[T any](v *T) *T {
-	if env, ok := any(v).(*Request); ok && env.Retry != nil && math.IsNaN(env.Retry.Multiplier) {
+	if env, ok := any(v).(*Request); ok && env != nil && env.Retry != nil && math.IsNaN(env.Retry.Multiplier) {
 		env.Retry.Multiplier = -42
 	}
 	return v

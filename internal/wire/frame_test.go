@@ -105,20 +105,3 @@ func TestDecodeFrames(t *testing.T) {
 		t.Error("an empty value decoded")
 	}
 }
-
-// FuzzDecodeFrame checks that no input panics the frame decoder and that
-// it agrees with the reflection decoder.
-func FuzzDecodeFrame(f *testing.F) {
-	for _, fr := range sampleFrames() {
-		if b, _ := EncodeFrame(fr); len(b) < 4<<10 {
-			f.Add(b)
-		}
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if fr, err := DecodeFrame(b); err == nil && fr.ID == "" {
-			t.Fatalf("accepted a frame without an id: %+v", fr)
-		}
-		checkAgainstReference(t, b, decodeFrameInPlace)
-		_, _ = DecodeFramesString(string(b))
-	})
-}

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // Handoff is what a worker publishes, as JSON, on its service's handoff
@@ -29,7 +30,7 @@ const MaxHandoffHops = 3
 func ParseHandoff(raw string) (Handoff, error) {
 	var h Handoff
 	if err := json.Unmarshal([]byte(raw), &h); err != nil {
-		return Handoff{}, err
+		return Handoff{}, fmt.Errorf("malformed handoff: not a JSON handoff (%w)", err)
 	}
 	if h.To == "" || h.Stream == "" || h.Entry == "" || h.Hops < 1 {
 		return Handoff{}, errors.New("malformed handoff: it needs to, stream, entry and hops >= 1")

@@ -25,7 +25,7 @@ type v1Captured struct {
 	Keys            []string `json:"keys"`
 }
 
-func loadV1Captured(t *testing.T) v1Captured {
+func loadV1Captured(t testing.TB) v1Captured {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/v1-captured.json")
 	if err != nil {
@@ -38,7 +38,7 @@ func loadV1Captured(t *testing.T) v1Captured {
 	return c
 }
 
-func unhex(t *testing.T, s string) []byte {
+func unhex(t testing.TB, s string) []byte {
 	t.Helper()
 	b, err := hex.DecodeString(s)
 	if err != nil {

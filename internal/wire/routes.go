@@ -44,6 +44,12 @@ type LaneWeight struct {
 	Weight int    `json:"weight"`
 }
 
+// MaxLaneWeight bounds a lane's weight in a rule. Weights are shares
+// (v1:90,v2:10); the bound keeps their sum far from overflowing, which
+// made a rule with huge weights send every call to its first lane, weight
+// 0 or not.
+const MaxLaneWeight = 1_000_000
+
 // maxLaneLen bounds lane names, which appear in key names.
 const maxLaneLen = 32
 
@@ -72,8 +78,8 @@ func (r RouteRule) Validate() error {
 			return fmt.Errorf("lane %q is listed twice", lw.Lane)
 		}
 		seen[lw.Lane] = true
-		if lw.Weight < 0 {
-			return fmt.Errorf("lane %q has a negative weight", lw.Lane)
+		if lw.Weight < 0 || lw.Weight > MaxLaneWeight {
+			return fmt.Errorf("lane %q has weight %d: want 0 to %d (weights are shares, e.g. v1:90,v2:10)", lw.Lane, lw.Weight, MaxLaneWeight)
 		}
 	}
 	if r.TotalWeight() == 0 {
@@ -110,6 +116,52 @@ func (r RouteRule) String() string {
 		}
 	}
 	return b.String()
+}
+
+// ParseRouteRule reads a rule in the form String writes and the CLI reads
+// (see admin.ParseRouteRule):
+//
+//	v2                          every call to lane v2
+//	v1:90,v2:10                 90% to v1, 10% to v2
+//	x-canary=true => v2         calls whose x-canary header is "true" to v2
+//	tenant=acme,x-beta=1 => v2:50,default:50
+func ParseRouteRule(spec string) (RouteRule, error) {
+	var rule RouteRule
+	match, lanes, hasMatch := strings.Cut(spec, "=>")
+	if !hasMatch {
+		lanes, match = match, ""
+	}
+	if hasMatch {
+		rule.Match = map[string]string{}
+		for _, cond := range strings.Split(match, ",") {
+			key, value, ok := strings.Cut(strings.TrimSpace(cond), "=")
+			key = strings.ToLower(strings.TrimSpace(key))
+			if !ok || key == "" {
+				return RouteRule{}, fmt.Errorf("route rule %q: header condition %q is not key=value (e.g. x-canary=true => v2)", spec, strings.TrimSpace(cond))
+			}
+			rule.Match[key] = strings.TrimSpace(value)
+		}
+	}
+	if !hasMatch && strings.Contains(lanes, "=") {
+		return RouteRule{}, fmt.Errorf("route rule %q: a header match needs \"=> lane\" after it (e.g. %q)", spec, strings.TrimSpace(lanes)+" => v2")
+	}
+	for _, part := range strings.Split(lanes, ",") {
+		part = strings.TrimSpace(part)
+		lane, weightText, weighted := strings.Cut(part, ":")
+		weight := 1
+		if weighted {
+			w, err := strconv.Atoi(strings.TrimSpace(weightText))
+			if err != nil || w < 0 {
+				return RouteRule{}, fmt.Errorf("route rule %q: weight of lane %q must be a whole number ≥ 0 (e.g. v1:90,v2:10)", spec, lane)
+			}
+			weight = w
+		}
+		rule.Lanes = append(rule.Lanes, LaneWeight{Lane: strings.TrimSpace(lane), Weight: weight})
+	}
+	if err := rule.Validate(); err != nil {
+		return RouteRule{}, fmt.Errorf("route rule %q: %w", spec, err)
+	}
+	return rule, nil
 }
 
 // Matches reports whether a call with header satisfies the rule's Match.

@@ -72,9 +72,12 @@ func ParseWorker(raw string) (Worker, bool) {
 	return w, true
 }
 
-// LiveAt reports whether the worker counts as live at Redis time nowMs.
+// LiveAt reports whether the worker counts as live at Redis time nowMs:
+// its last beat is at most LiveWindow before nowMs. (The beat is compared,
+// not subtracted from nowMs: a record's beat_ms of -2^63 overflowed that
+// difference into a worker live for good.)
 func (w Worker) LiveAt(nowMs int64) bool {
-	return nowMs-w.BeatMs <= LiveWindow.Milliseconds()
+	return w.BeatMs >= nowMs-LiveWindow.Milliseconds()
 }
 
 // LiveByLane counts the live workers of a workers hash at Redis time nowMs,

@@ -76,12 +76,11 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 	var routes []Route
 	invalid := map[string]error{}
 	for name, js := range raw.Val() {
-		r := Route{}
-		if err := json.Unmarshal([]byte(js), &r); err != nil {
-			invalid[name] = fmt.Errorf("route %s: not a JSON route: %v (set it again with rpr upstreams set)", name, err)
+		r, err := decodeRoute(name, js)
+		if err != nil {
+			invalid[name] = err
 			continue
 		}
-		r.Name = name
 		routes = append(routes, r)
 	}
 	t := NewTable(s.kind, v, routes)
@@ -89,6 +88,17 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 		t.Invalid[name] = err
 	}
 	return t, nil
+}
+
+// decodeRoute reads the entry name of a table, its JSON raw, as Set
+// stores it; NewTable checks it.
+func decodeRoute(name, raw string) (Route, error) {
+	r := Route{}
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return Route{}, fmt.Errorf("route %s: not a JSON route: %v (set it again with rpr upstreams set)", name, err)
+	}
+	r.Name = name
+	return r, nil
 }
 
 // Version returns the table's current version (0 before any change).
