@@ -198,4 +198,18 @@ func TestReadmeKeepsTheSetUpCommands(t *testing.T) {
 			t.Errorf("README.md's set-up section lost the command %q; put it back at the start of a line of its code block", cmd)
 		}
 	}
+	// Exactly two: one that runs the main job, one that runs the tests.
+	block, inBlock, commands := "", false, 0
+	for _, line := range strings.Split(setUp, "\n") {
+		switch {
+		case strings.HasPrefix(line, "```"):
+			inBlock = !inBlock
+		case inBlock && strings.TrimSpace(line) != "":
+			commands++
+			block += "\n  " + line
+		}
+	}
+	if commands != 2 {
+		t.Errorf("README.md's set-up block has %d commands, want exactly the two (go run ./cmd/rpr demo, make test); move the others to docs/:%s", commands, block)
+	}
 }
