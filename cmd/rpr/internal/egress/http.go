@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -165,14 +164,15 @@ func (ex *exchange) broke(err error, n int) error {
 func (f *httpForwarder) send(ctx context.Context, in *tunnelv1.HTTPRequest) (*exchange, error) {
 	// Checked here, where the upstream is chosen, whatever the ingress
 	// did: anyone who can write to Redis can send a request.
-	if err := upstream.CheckPath(in.GetPath()); err != nil {
+	path, err := upstream.DecodePath(in.GetPath())
+	if err != nil {
 		return nil, tunnel.Errorf(tunnel.InvalidArgument, "rpr egress: %v", err)
 	}
 	route, ok := f.opts.HTTPRoutes().Match(in.GetHost(), in.GetPath())
 	if !ok {
 		return nil, noRoute(in.GetHost(), in.GetPath())
 	}
-	req, err := f.upstreamRequest(ctx, route, in)
+	req, err := f.upstreamRequest(ctx, route, in, path)
 	if err != nil {
 		return nil, err
 	}
@@ -193,14 +193,11 @@ func (f *httpForwarder) send(ctx context.Context, in *tunnelv1.HTTPRequest) (*ex
 }
 
 // upstreamRequest builds the request to route's upstream: the caller's
-// method, path (under the upstream's), query, end-to-end headers and
-// body, with X-Forwarded-*, the request id and the trace context.
-func (f *httpForwarder) upstreamRequest(ctx context.Context, route *upstream.Route, in *tunnelv1.HTTPRequest) (*http.Request, error) {
+// method, path (under the upstream's; path is in's, decoded by
+// upstream.DecodePath), query, end-to-end headers and body, with
+// X-Forwarded-*, the request id and the trace context.
+func (f *httpForwarder) upstreamRequest(ctx context.Context, route *upstream.Route, in *tunnelv1.HTTPRequest, path string) (*http.Request, error) {
 	escaped := in.GetPath()
-	path, err := url.PathUnescape(escaped)
-	if err != nil || !strings.HasPrefix(escaped, "/") {
-		return nil, tunnel.Errorf(tunnel.InvalidArgument, "rpr egress: path %q is not an escaped absolute path", escaped)
-	}
 	target := *route.Target()
 	target.Path = route.UpstreamPath(path)
 	if escaped != path {

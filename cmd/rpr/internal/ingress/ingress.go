@@ -91,7 +91,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.EscapedPath()
-	if err := upstream.CheckPath(path); err != nil {
+	if _, err := upstream.DecodePath(path); err != nil {
 		httpError(w, "", http.StatusBadRequest, OutcomeNotExecuted, "rpr ingress: "+err.Error())
 		return
 	}

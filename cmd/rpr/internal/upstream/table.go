@@ -84,22 +84,22 @@ func (t *Table) Match(host, path string) (*Route, bool) {
 	return nil, false
 }
 
-// CheckPath checks an escaped request path before it is matched against
-// a table: it must be absolute, decode, and have no dot segment ("." or
-// "..", escaped or not), which an upstream would resolve to a path
-// outside the route's prefix (/inventory/../admin). Clients normalise
-// such paths before sending; a request that did not is refused rather
-// than rewritten, so that what the caller sent and what the upstream got
-// never differ.
-func CheckPath(escaped string) error {
+// DecodePath checks an escaped request path before it is matched against
+// a table, and returns it decoded: it must be absolute, decode, and have
+// no dot segment ("." or "..", escaped or not), which an upstream would
+// resolve to a path outside the route's prefix (/inventory/../admin).
+// Clients normalise such paths before sending; a request that did not is
+// refused rather than rewritten, so that what the caller sent and what
+// the upstream got never differ.
+func DecodePath(escaped string) (string, error) {
 	decoded, err := url.PathUnescape(escaped)
 	if err != nil || !strings.HasPrefix(escaped, "/") {
-		return fmt.Errorf("path %q is not an escaped absolute path", escaped)
+		return "", fmt.Errorf("path %q is not an escaped absolute path", escaped)
 	}
 	for _, seg := range strings.Split(strings.ReplaceAll(decoded, `\`, "/"), "/") {
 		if seg == "." || seg == ".." {
-			return fmt.Errorf("path %q has a dot segment (%q): send the path normalised (without . and .. segments)", escaped, seg)
+			return "", fmt.Errorf("path %q has a dot segment (%q): send the path normalised (without . and .. segments)", escaped, seg)
 		}
 	}
-	return nil
+	return decoded, nil
 }
