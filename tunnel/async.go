@@ -236,7 +236,7 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lan
 		result:   make(chan enqueueResult, 1),
 	}
 	notSent := func() error {
-		return notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
+		return notExecutedf(contextCode(ctx), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
 	}
 	err := c.enqueuer.submit(ctx, item)
 	if errors.Is(err, errBatcherClosed) {
@@ -265,12 +265,12 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lan
 	return nil
 }
 
-// contextError maps a context's end to the status it stands for.
-func contextError(ctx context.Context) error {
+// contextCode is the status code a context's end stands for.
+func contextCode(ctx context.Context) Code {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return Errorf(DeadlineExceeded, "deadline exceeded")
+		return DeadlineExceeded
 	}
-	return Errorf(Canceled, "cancelled")
+	return Canceled
 }
 
 // wireRetry converts a caller's retry policy for the envelope.

@@ -366,7 +366,7 @@ func sentOrContextEnded(ctx context.Context, err error, full, rid string) error 
 		return err
 	}
 	e, ok := err.(*Error)
-	if !ok || !e.local || !e.notExecuted || e.code == CodeOf(contextError(ctx)) {
+	if !ok || !e.local || !e.notExecuted || e.code == contextCode(ctx) {
 		return err
 	}
 	return notSent(ctx, full, rid, "while the call was being prepared")

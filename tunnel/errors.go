@@ -42,7 +42,7 @@ var errNeverSent = errors.New("never sent")
 // while it was being prepared) before its request was sent: the code
 // matches ctx.Err(), and it is NotExecuted.
 func notSent(ctx context.Context, full, rid, when string) *Error {
-	e := notExecutedf(CodeOf(contextError(ctx)), "%s [%s]: %v %s; the request was not sent", full, rid, ctx.Err(), when)
+	e := notExecutedf(contextCode(ctx), "%s [%s]: %v %s; the request was not sent", full, rid, ctx.Err(), when)
 	e.cause = errNeverSent
 	return e
 }

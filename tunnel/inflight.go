@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -38,11 +37,7 @@ func (s *inFlightSlots) acquire(ctx context.Context, full, rid string, attrs met
 		return nil
 	case <-ctx.Done():
 		s.wait.Record(ctx, time.Since(began).Seconds(), attrs)
-		code := Canceled
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			code = DeadlineExceeded
-		}
-		return notExecutedf(code, "%s [%s]: %v while waiting %v for one of this client's %d in-flight slots; nothing was sent (raise ClientOptions.MaxInFlight, or find why calls take long: rpr stats)",
+		return notExecutedf(contextCode(ctx), "%s [%s]: %v while waiting %v for one of this client's %d in-flight slots; nothing was sent (raise ClientOptions.MaxInFlight, or find why calls take long: rpr stats)",
 			full, rid, ctx.Err(), time.Since(began).Round(time.Millisecond), cap(s.sem))
 	}
 }
