@@ -126,10 +126,7 @@ func parseRouteFlags(flags []string, lane string) ([]kindRoute, error) {
 		if name == "" {
 			name = "root"
 		}
-		kind := upstream.HTTP
-		if strings.HasPrefix(target, "grpc://") || strings.HasPrefix(target, "grpcs://") {
-			kind = upstream.GRPC
-		}
+		kind := upstream.KindOf(target)
 		r := upstream.Route{Name: name, PathPrefix: path, Upstream: target, Lane: lane}
 		if err := r.Check(kind); err != nil {
 			return nil, fmt.Errorf("--route %q: %w", f, err)
@@ -174,7 +171,6 @@ func runEgress(cmd *cobra.Command, rf redisFlags, cfg egressConfig) error {
 	}
 	defer e.Close()
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
 	var wg sync.WaitGroup
 	tables.run(runCtx, &wg)
 	defer wg.Wait()
@@ -182,7 +178,7 @@ func runEgress(cmd *cobra.Command, rf redisFlags, cfg egressConfig) error {
 	h, g := tables.http(), tables.grpc()
 	fmt.Fprintf(cmd.OutOrStdout(), "rpr egress: worker %s forwarding %s and %s (lane %s) from %s: %s, %s (%s)\n",
 		srv.WorkerID(), upstream.HTTPService, upstream.GRPCService, laneName(cfg.lane), tunnel.RedactURL(rf.url),
-		count(len(h.Routes()), "HTTP route"), count(len(g.Routes()), "gRPC route"), tables.source)
+		count(h.Len(), "HTTP route"), count(g.Len(), "gRPC route"), tables.source)
 	if err := srv.Serve(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

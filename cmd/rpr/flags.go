@@ -94,13 +94,11 @@ func (f *redisFlags) handle(rdb redis.UniversalClient) *admin.Client {
 // timeout, and returns the admin handle on it; done closes the connection
 // and ends the context.
 func (f *redisFlags) connect(cmd *cobra.Command, timeout time.Duration) (ctx context.Context, a *admin.Client, done func(), err error) {
-	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-	rdb, err := f.open(ctx)
+	ctx, rdb, done, err := f.connectRedis(cmd, timeout)
 	if err != nil {
-		cancel()
 		return nil, nil, nil, err
 	}
-	return ctx, f.handle(rdb), func() { _ = rdb.Close(); cancel() }, nil
+	return ctx, f.handle(rdb), done, nil
 }
 
 // connectRedis is connect for commands that need the Redis client itself.

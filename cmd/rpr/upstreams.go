@@ -75,10 +75,7 @@ report; one that stopped cleanly withdraws at once.`,
 		Args: usageArgs(1, 1, usage),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r.Name, r.Mode, r.Timeout = args[0], upstream.Mode(mode), upstream.Duration(timeout)
-			kind := upstream.HTTP
-			if strings.HasPrefix(r.Upstream, "grpc://") || strings.HasPrefix(r.Upstream, "grpcs://") {
-				kind = upstream.GRPC
-			}
+			kind := upstream.KindOf(r.Upstream)
 			if err := r.Check(kind); err != nil {
 				return badInput(err)
 			}

@@ -72,15 +72,22 @@ func (e *Egress) Close() {
 // (upstream.Route.Concurrency).
 type limits struct {
 	mu    sync.Mutex
-	slots map[string]chan struct{}
+	slots map[slotKey]chan struct{}
+}
+
+// slotKey names one upstream's slots: a route changed in any of these
+// gets slots of its own.
+type slotKey struct {
+	route, upstream string
+	concurrency     int
 }
 
 // acquire takes a slot of r's upstream, waiting while ctx allows.
 func (l *limits) acquire(ctx context.Context, r *upstream.Route) (release func(), err error) {
-	key := fmt.Sprintf("%s|%s|%d", r.Name, r.Upstream, r.Concurrency)
+	key := slotKey{r.Name, r.Upstream, r.Concurrency}
 	l.mu.Lock()
 	if l.slots == nil {
-		l.slots = map[string]chan struct{}{}
+		l.slots = map[slotKey]chan struct{}{}
 	}
 	slots, ok := l.slots[key]
 	if !ok {

@@ -158,6 +158,16 @@ func (r *Route) checkMatch() error {
 	return nil
 }
 
+// KindOf returns the table an upstream address belongs in: gRPC for the
+// grpc and grpcs schemes (in any case), HTTP for anything else, which
+// Route.Check then judges.
+func KindOf(rawUpstream string) Kind {
+	if u, err := url.Parse(rawUpstream); err == nil && (u.Scheme == "grpc" || u.Scheme == "grpcs") {
+		return GRPC
+	}
+	return HTTP
+}
+
 // parseUpstream checks an upstream address for a table of kind.
 func parseUpstream(raw string, kind Kind) (*url.URL, error) {
 	if raw == "" {

@@ -55,7 +55,10 @@ func hostRank(host string) int {
 	return 1 << 20
 }
 
-// Routes returns the table's valid routes, most specific first.
+// Len returns how many valid routes the table has.
+func (t *Table) Len() int { return len(t.routes) }
+
+// Routes returns a copy of the table's valid routes, most specific first.
 func (t *Table) Routes() []Route {
 	out := make([]Route, len(t.routes))
 	for i, r := range t.routes {

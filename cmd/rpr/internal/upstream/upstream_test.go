@@ -195,3 +195,13 @@ func TestIngressReports(t *testing.T) {
 		t.Errorf("after the watcher stopped the reports are %v, want none", applied)
 	}
 }
+
+// TestKindOf: a gRPC upstream goes in the gRPC table whatever the case of
+// its scheme (url.Parse lowers it); anything else is the HTTP table's.
+func TestKindOf(t *testing.T) {
+	for raw, want := range map[string]Kind{"grpc://h:1": GRPC, "GRPCS://h:1": GRPC, "http://h": HTTP, "grpcx://h": HTTP, "": HTTP} {
+		if got := KindOf(raw); got != want {
+			t.Errorf("KindOf(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}
