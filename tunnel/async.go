@@ -235,22 +235,19 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lan
 		raw:      raw,
 		result:   make(chan enqueueResult, 1),
 	}
-	notSent := func() error {
-		return notExecutedf(contextCode(ctx), "%s [%s]: %v before the request was sent; it was not enqueued", full, rid, ctx.Err())
-	}
 	err := c.enqueuer.submit(ctx, item)
 	if errors.Is(err, errBatcherClosed) {
 		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
 	}
 	if err != nil {
-		return notSent()
+		return notSent(ctx, full, rid, "before the request was enqueued")
 	}
 	var res enqueueResult
 	select {
 	case res = <-item.result:
 	case <-ctx.Done():
 		if item.state.CompareAndSwap(opQueued, opAbandoned) {
-			return notSent()
+			return notSent(ctx, full, rid, "before the request was enqueued")
 		}
 		res = <-item.result // already on its way: its outcome is what the caller must know
 	}

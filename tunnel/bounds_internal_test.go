@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
 
@@ -29,5 +30,18 @@ func TestCallerNumbersAreBounded(t *testing.T) {
 	env.Retry = &wire.RetryPolicy{MaxAttempts: 3, InitialBackoff: 250, Multiplier: math.NaN()}
 	if p := asyncPolicy(env, nil); p.MaxAttempts != 3 || p.InitialBackoff != 250*time.Millisecond || p.Multiplier != DefaultAsyncRetryPolicy.Multiplier {
 		t.Errorf("a reasonable policy came out as %+v", p)
+	}
+}
+
+// TestStateTTLNeverOverflows: a deadline centuries ahead (the caller's to
+// choose) keeps its state for MaxStateTTL plus the margin, not for a
+// wrapped-around negative time that would expire it at once.
+func TestStateTTLNeverOverflows(t *testing.T) {
+	far := time.Unix(1<<62, 0)
+	if got, want := stateTTL(far), store.MaxStateTTL+stateMargin; got != want {
+		t.Errorf("stateTTL(%v) = %v, want %v", far, got, want)
+	}
+	if got := stateTTL(time.Now().Add(time.Minute)); got <= stateMargin || got > time.Minute+stateMargin {
+		t.Errorf("stateTTL(in a minute) = %v, want a minute plus the margin", got)
 	}
 }

@@ -126,7 +126,9 @@ func (c *Client) service(ctx context.Context, name string, configuredShards int)
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
-		return nil, notExecutedf(contextCode(ctx), "%s: %v while connecting to the service's streams; nothing was sent", name, ctx.Err())
+		e := notExecutedf(contextCode(ctx), "%s: %v while connecting to the service's streams; nothing was sent", name, ctx.Err())
+		e.cause = errNeverSent
+		return nil, e
 	}
 	if s.err != nil {
 		return nil, s.err

@@ -21,6 +21,13 @@ import (
 // find the stored answer, short enough that state never piles up.
 const stateMargin = 10 * time.Second
 
+// stateTTL is how long a request's state is kept when its deadline is
+// deadline: stateMargin past it, bounded first (a caller's deadline may
+// lie centuries ahead, and the sum must not overflow).
+func stateTTL(deadline time.Time) time.Duration {
+	return min(time.Until(deadline), store.MaxStateTTL) + stateMargin
+}
+
 // serveRun is the state of one Serve call.
 type serveRun struct {
 	server      *Server
@@ -404,8 +411,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		log.Error("rpr: encode response", "error", err)
 		return
 	}
-	// (bounded first: a caller's deadline may lie centuries ahead)
-	ttl := min(time.Until(deadline), store.MaxStateTTL) + stateMargin
+	ttl := stateTTL(deadline)
 	comp := &completion{fast: req.fast, // no state to record on the fast path
 		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}
 	if s.opts.Retention > 0 {

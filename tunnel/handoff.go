@@ -52,15 +52,13 @@ func (r *serveRun) servers(ctx context.Context, q *queue, method string) []strin
 	view, ok := v.views[q.name]
 	v.mu.Unlock()
 	if !ok || time.Since(view.read) > peersMaxAge {
-		pipe := s.rdb.Pipeline()
-		now := pipe.Time(ctx)
-		all := pipe.HGetAll(ctx, s.keys.Workers(q.name))
-		if _, err := pipe.Exec(ctx); err != nil {
+		all, err := s.rdb.HGetAll(ctx, s.keys.Workers(q.name)).Result()
+		if err != nil {
 			s.log.Warn("rpr: read the workers of the service to hand a request over", "service", q.name, "error", err)
 			return nil
 		}
-		view = peers{read: time.Now(), redisMs: now.Val().UnixMilli(), records: map[string]wire.Worker{}}
-		for id, raw := range all.Val() {
+		view = peers{read: time.Now(), redisMs: s.clock.toRedis(time.Now()), records: map[string]wire.Worker{}}
+		for id, raw := range all {
 			if w, ok := wire.ParseWorker(raw); ok {
 				view.records[id] = w
 			}
@@ -77,19 +75,12 @@ func (r *serveRun) servers(ctx context.Context, q *queue, method string) []strin
 		// A record without Methods is of a release without handoffs: it
 		// could not take one.
 		if id == s.opts.WorkerID || w.Methods == nil || !slices.Contains(w.Methods, method) ||
-			!w.LiveAt(view.redisMs) || laneOf(w.Lane) != laneOf(s.opts.Lane) || !readsShard(w, q.shard) {
+			!w.LiveAt(view.redisMs) || laneOrDefault(w.Lane) != laneOrDefault(s.opts.Lane) || !readsShard(w, q.shard) {
 			continue
 		}
 		out = append(out, id)
 	}
 	return out
-}
-
-func laneOf(lane string) string {
-	if lane == "" {
-		return DefaultLane
-	}
-	return lane
 }
 
 // readsShard reports whether w reads shard of its service.

@@ -167,7 +167,7 @@ func (c *Client) limit(ctx context.Context, svc *clientService, full, rid string
 	admitted, after, refusedBy, err := call.Result()
 	if err != nil {
 		if ctx.Err() != nil {
-			return notExecutedf(contextCode(ctx), "%s [%s]: %v while checking its rate limit; it was not sent", full, rid, ctx.Err())
+			return notSent(ctx, full, rid, "while checking its rate limit")
 		}
 		return notExecutedf(Unavailable, "%s [%s]: cannot check the rate limit in Redis: %v; the request was not sent", full, rid, err)
 	}

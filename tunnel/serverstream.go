@@ -238,11 +238,11 @@ func (r *serveRun) startStream(q *queue, req *received) {
 	accept, err := wire.EncodeFrame(&wire.Frame{Version: wire.StreamVersion, ID: env.ID, Type: wire.FrameAccept,
 		Inbox: q.keys.Inbox(s.opts.WorkerID), Worker: s.opts.WorkerID, Window: window.Messages, WindowBytes: window.Bytes})
 	if err == nil {
-		ttl := streamStateTTL
+		ttl := streamStateTTL + stateMargin
 		if env.StreamDeadline > 0 {
-			ttl = time.Until(s.clock.toLocal(env.StreamDeadline))
+			ttl = stateTTL(s.clock.toLocal(env.StreamDeadline))
 		}
-		call := store.NewAcceptStream(q.requests, req.entryID, req.state, env.ReplyTo, ttl+stateMargin, accept)
+		call := store.NewAcceptStream(q.requests, req.entryID, req.state, env.ReplyTo, ttl, accept)
 		err = r.runScript(&call.Call)
 		if n, _ := call.Result(); err == nil && n == store.CallerGone {
 			err = errCallerGone

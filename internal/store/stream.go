@@ -43,7 +43,7 @@ type AcceptStream struct {
 func NewAcceptStream(stream, entryID, state, replyTo string, ttl time.Duration, frame []byte) *AcceptStream {
 	return &AcceptStream{Call: Call{script: acceptScript,
 		keys: []string{stream, state, replyTo},
-		args: []any{WorkersGroup, entryID, max(ttl, time.Millisecond).Milliseconds(), frame}}}
+		args: []any{WorkersGroup, entryID, ttlMillis(ttl), frame}}}
 }
 
 // Result returns Written, or CallerGone when the caller's stream is gone.
@@ -86,7 +86,7 @@ type EndStream struct {
 func NewEndStream(state, replyTo, final string, ttl time.Duration, resp []byte, sent, received int64) *EndStream {
 	return &EndStream{Call: Call{script: endStreamScript,
 		keys: []string{state, replyTo},
-		args: []any{final, max(ttl, time.Millisecond).Milliseconds(), resp, sent, received}}}
+		args: []any{final, ttlMillis(ttl), resp, sent, received}}}
 }
 
 // Result returns Written, or CallerGone when the caller's stream is gone.
@@ -112,7 +112,7 @@ type SendFrames struct {
 // the stream to.
 func NewSendFrames(to string, frames [][]byte) *SendFrames {
 	return &SendFrames{args: redis.XAddArgs{Stream: to, NoMkStream: true,
-		Values: []any{wire.StreamField, bytes.Join(frames, nil)}}}
+		Values: []any{wire.StreamField, joinFrames(frames)}}}
 }
 
 // Queue adds the XADD to c, a client or a pipeline.
@@ -155,11 +155,20 @@ type OpenInbox struct {
 // opened again.
 func NewOpenInbox(inbox string, ttl time.Duration) *OpenInbox {
 	return &OpenInbox{Call: Call{script: openInboxScript, keys: []string{inbox},
-		args: []any{max(ttl, time.Millisecond).Milliseconds()}}}
+		args: []any{ttlMillis(ttl)}}}
 }
 
 // Err returns the run's error.
 func (o *OpenInbox) Err() error {
 	_, err := o.Call.reply()
 	return err
+}
+
+// joinFrames returns frames as one value: the frame itself when there is
+// one (the common case of a quiet stream), without copying it again.
+func joinFrames(frames [][]byte) []byte {
+	if len(frames) == 1 {
+		return frames[0]
+	}
+	return bytes.Join(frames, nil)
 }
