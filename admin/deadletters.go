@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -249,7 +250,7 @@ func parseDeadLetter(m redis.XMessage, shard int, key string) DeadLetter {
 		Shard:    shard,
 		Stream:   key,
 		StreamID: m.ID,
-		Lane:     laneOrDefault(rec.Lane),
+		Lane:     store.LaneOrDefault(rec.Lane),
 		Error:    rec.Error,
 		Reason:   rec.Reason,
 		Attempts: rec.Attempts,

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
 
@@ -55,7 +56,7 @@ func (h Health) Serving() bool {
 // ServingLane reports whether at least one live worker serves lane ("" is
 // the default lane): calls routed to a lane without one fail UNAVAILABLE.
 func (h Health) ServingLane(lane string) bool {
-	lane = laneOrDefault(lane)
+	lane = store.LaneOrDefault(lane)
 	for _, w := range h.Workers {
 		if w.Live && w.Lane == lane {
 			return true
@@ -89,7 +90,7 @@ func (s *Service) Health(ctx context.Context) (Health, error) {
 			Started:  time.UnixMilli(w.Started),
 			LastBeat: time.UnixMilli(w.BeatMs),
 			Live:     w.LiveAt(redisNow),
-			Lane:     laneOrDefault(w.Lane),
+			Lane:     store.LaneOrDefault(w.Lane),
 			Shards:   w.Shards,
 			Methods:  w.Methods,
 			Schema:   w.Schema,

@@ -124,7 +124,7 @@ func (q *DeadLetters) Replay(ctx context.Context, letters []DeadLetter, progress
 		case dl.Shard >= shards:
 			res.Skipped[dl.EntryID] = fmt.Sprintf("it is in shard %d, but %s has %d shard(s) now, so no server would read it there; raise the shard count to %d or more (`rpr shards set`) to replay it, or drop it", dl.Shard, s.name, shards, dl.Shard+1)
 		default:
-			lane := laneOrDefault(dl.Lane)
+			lane := store.LaneOrDefault(dl.Lane)
 			if lane != tunnel.DefaultLane && live[lane] == 0 {
 				res.Rerouted[lane]++
 				lane = tunnel.DefaultLane

@@ -66,7 +66,7 @@ func (s *Service) view(ctx context.Context) (serviceView, error) {
 		return serviceView{}, fmt.Errorf("GET %s: %w", s.keys.ShardCount(s.name), err)
 	}
 	table, _ := wire.ParseRouteTable(s.name, routes.Val())
-	return serviceView{now: now.Val(), beats: beats.Val(), routes: table, shards: parseShardCount(count.Result())}, nil
+	return serviceView{now: now.Val(), beats: beats.Val(), routes: table, shards: store.ParseShardCount(count.Result())}, nil
 }
 
 // live counts the live workers of each lane.
@@ -89,7 +89,7 @@ func knownLanes(named []string, beats map[string]string) []string {
 	}
 	for _, raw := range beats {
 		if w, ok := wire.ParseWorker(raw); ok {
-			set[laneOrDefault(w.Lane)] = true
+			set[store.LaneOrDefault(w.Lane)] = true
 		}
 	}
 	delete(set, tunnel.DefaultLane)
@@ -99,28 +99,6 @@ func knownLanes(named []string, beats map[string]string) []string {
 	}
 	slices.Sort(lanes[1:])
 	return lanes
-}
-
-// parseShardCount reads a recorded shard count (GET's reply); absent or
-// unreadable counts as one, as clients and servers count it.
-func parseShardCount(raw string, err error) int {
-	if err != nil {
-		return 1
-	}
-	n, convErr := strconv.Atoi(raw)
-	if convErr != nil || n < 1 || n > tunnel.MaxShards {
-		return 1
-	}
-	return n
-}
-
-// laneOrDefault names a lane: "" (in records that predate lanes) is the
-// default lane.
-func laneOrDefault(lane string) string {
-	if lane == "" {
-		return tunnel.DefaultLane
-	}
-	return lane
 }
 
 // absentStreamOrGroup reports whether err is Redis saying the stream or the

@@ -23,7 +23,7 @@ func (s *Service) Shards(ctx context.Context) (int, error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("rpr: read shard count of %s: %w", s.name, err)
 	}
-	return parseShardCount(raw, err), nil
+	return store.ParseShardCount(raw, err), nil
 }
 
 // SetShards changes the number of shards of the service, from 1 to

@@ -294,7 +294,7 @@ func (c *Client) observeShards(s *clientService, count *redis.StringCmd) {
 	case err != nil:
 		return // unreachable: keep the last count
 	default:
-		n = parseShardCount(raw, nil)
+		n = store.ParseShardCount(raw, nil)
 	}
 	if s.configuredShards > n && s.shardsWarned.CompareAndSwap(false, true) {
 		c.log.Warn("rpr: this client is configured for more shards than the service has; it follows the service's count (raise it with the servers' (rpr.v1.service).shards or rpr shards set)",

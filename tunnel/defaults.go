@@ -69,15 +69,6 @@ const (
 	DefaultAsyncTimeout = 30 * time.Second
 )
 
-// laneOrDefault names a lane: "" (in options, in records that predate
-// lanes) is the default lane.
-func laneOrDefault(lane string) string {
-	if lane == "" {
-		return DefaultLane
-	}
-	return lane
-}
-
 // Bounds on what a request's envelope may ask of a server. They are the
 // caller's to choose (WithRetry, WithTimeout), and a caller may be careless
 // or hostile, so a server takes a larger value as the bound: a request can

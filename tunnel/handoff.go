@@ -75,7 +75,7 @@ func (r *serveRun) servers(ctx context.Context, q *queue, method string) []strin
 		// A record without Methods is of a release without handoffs: it
 		// could not take one.
 		if id == s.opts.WorkerID || w.Methods == nil || !slices.Contains(w.Methods, method) ||
-			!w.LiveAt(view.redisMs) || laneOrDefault(w.Lane) != laneOrDefault(s.opts.Lane) || !readsShard(w, q.shard) {
+			!w.LiveAt(view.redisMs) || store.LaneOrDefault(w.Lane) != store.LaneOrDefault(s.opts.Lane) || !readsShard(w, q.shard) {
 			continue
 		}
 		out = append(out, id)

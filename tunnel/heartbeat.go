@@ -87,7 +87,7 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	if follow != nil {
 		for i, svc := range services {
 			if err := counts[i].Err(); err == nil || errors.Is(err, redis.Nil) {
-				follow(svc, parseShardCount(counts[i].Result()))
+				follow(svc, store.ParseShardCount(counts[i].Result()))
 			}
 		}
 	}

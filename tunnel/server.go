@@ -264,7 +264,7 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	if opts.RetryPollInterval <= 0 {
 		opts.RetryPollInterval = DefaultRetryPollInterval
 	}
-	opts.Lane = laneOrDefault(opts.Lane)
+	opts.Lane = store.LaneOrDefault(opts.Lane)
 	if err := wire.ValidateLane(opts.Lane); err != nil {
 		return nil, fmt.Errorf("rpr: ServerOptions.Lane: %w", err)
 	}

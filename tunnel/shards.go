@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -42,7 +41,7 @@ import (
 // MaxShards bounds a service's shard count. Each shard costs every server
 // one blocking read per lane, and every client one per shard it gets
 // responses from.
-const MaxShards = 64
+const MaxShards = store.MaxShards
 
 // validShards checks a configured shard count.
 func validShards(n int) error {
@@ -92,17 +91,4 @@ func raiseShards(ctx context.Context, client redis.UniversalClient, keys store.K
 		return 0, fmt.Errorf("record shard count of %s: %w", service, err)
 	}
 	return got, nil
-}
-
-// parseShardCount reads a recorded shard count (GET's reply); absent or
-// unreadable counts as one.
-func parseShardCount(raw string, err error) int {
-	if err != nil {
-		return 1
-	}
-	n, convErr := strconv.Atoi(raw)
-	if convErr != nil || validShards(n) != nil {
-		return 1
-	}
-	return n
 }

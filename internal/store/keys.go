@@ -20,6 +20,32 @@ const ResponseGroup = "client"
 // DefaultLane is the lane whose request stream has no lane suffix.
 const DefaultLane = "default"
 
+// LaneOrDefault names a lane: "" (in options, in records that predate
+// lanes) is the default lane.
+func LaneOrDefault(lane string) string {
+	if lane == "" {
+		return DefaultLane
+	}
+	return lane
+}
+
+// MaxShards bounds a service's shard count.
+const MaxShards = 64
+
+// ParseShardCount reads a recorded shard count (GET's reply on
+// ShardCount): absent, unreadable or out of range counts as one, the
+// same for clients, servers and operators.
+func ParseShardCount(raw string, err error) int {
+	if err != nil {
+		return 1
+	}
+	n, convErr := strconv.Atoi(raw)
+	if convErr != nil || n < 1 || n > MaxShards {
+		return 1
+	}
+	return n
+}
+
 // Keyspace names every Redis key rpr uses; no other package builds key
 // names.
 //
