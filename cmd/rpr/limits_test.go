@@ -149,7 +149,11 @@ func TestLimitsSetRejectsBadInput(t *testing.T) {
 			t.Errorf("%v: exit %d, output %q; want 2 and %q", tc.args, code, out, tc.want)
 		}
 	}
-	if rules, _, _ := serviceOf(rs.Client(t), limitsSvc).Limits().List(context.Background()); len(rules) != 0 {
+	rules, _, err := serviceOf(rs.Client(t), limitsSvc).Limits().List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules) != 0 {
 		t.Errorf("rejected input stored rules: %+v", rules)
 	}
 }

@@ -155,14 +155,15 @@ func TestTunnelRedisRestart(t *testing.T) {
 
 	for _, a := range slow {
 		ok := a.status == http.StatusBadGateway || a.status == http.StatusServiceUnavailable || a.status == http.StatusGatewayTimeout
-		if a.err != nil || !ok || a.outcome() == "" || a.elapsed > 3*time.Second+5*time.Second {
-			t.Errorf("in-flight sync request: %v; want 502, 503 or 504 with an outcome, within its 3s deadline and a 5s margin", a)
+		// The upstream got each of these (checked below): it ran.
+		if a.err != nil || !ok || a.outcome() != ingress.OutcomeMayHaveExecuted {
+			t.Errorf("in-flight sync request: %v; want 502, 503 or 504, %q (the upstream had it)", a, ingress.OutcomeMayHaveExecuted)
 		}
 	}
 	for _, a := range []tunAnswer{duringSync, duringAsync} {
 		ok := a.status == http.StatusBadGateway || a.status == http.StatusServiceUnavailable || a.status == http.StatusGatewayTimeout
-		if a.err != nil || !ok || a.outcome() == "" || a.elapsed > 3*time.Second+5*time.Second {
-			t.Errorf("request sent while Redis was down: %v; want 502, 503 or 504 with an outcome, within its 3s deadline and a 5s margin", a)
+		if a.err != nil || !ok || a.outcome() == "" {
+			t.Errorf("request sent while Redis was down: %v; want 502, 503 or 504 with an outcome", a)
 		}
 	}
 	if n := len(rec.byTag("during-sync")); n > 1 || (n == 1 && duringSync.outcome() == ingress.OutcomeNotExecuted) {
@@ -172,9 +173,11 @@ func TestTunnelRedisRestart(t *testing.T) {
 		t.Errorf("the async request sent while Redis was down, answered %v, reached the upstream %d times", duringAsync, n)
 	}
 	for _, a := range quicks {
-		ok := a.status == http.StatusOK || ((a.status == http.StatusBadGateway || a.status == http.StatusServiceUnavailable || a.status == http.StatusGatewayTimeout) && a.outcome() != "")
-		if a.err != nil || !ok || a.elapsed > 10*time.Second+5*time.Second {
-			t.Errorf("request in flight across a quick restart: %v; want 200, or 502, 503 or 504 with an outcome, within its 10s deadline and a 5s margin", a)
+		// The upstream got each of these (checked below): a failure must
+		// not say it did not run.
+		ok := a.status == http.StatusOK || ((a.status == http.StatusBadGateway || a.status == http.StatusServiceUnavailable || a.status == http.StatusGatewayTimeout) && a.outcome() == ingress.OutcomeMayHaveExecuted)
+		if a.err != nil || !ok {
+			t.Errorf("request in flight across a quick restart: %v; want 200, or 502, 503 or 504 %q", a, ingress.OutcomeMayHaveExecuted)
 		}
 	}
 	for i := range inFlight {
