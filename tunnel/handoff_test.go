@@ -122,7 +122,7 @@ func TestRollingDeployNeverFailsCalls(t *testing.T) {
 	if got := v2.runs.Load(); got != callers*calls || failed.Load() != 0 {
 		t.Errorf("release 2 ran New %d times for %d calls; %d failed", got, callers*calls, failed.Load())
 	}
-	if n := rdb.XLen(ctx, "rpr:v1:{"+rollingService+"}:dlq").Val(); n != 0 {
+	if n, err := rdb.XLen(ctx, "rpr:v1:{"+rollingService+"}:dlq").Result(); err != nil || n != 0 {
 		t.Errorf("%d dead letters", n)
 	}
 

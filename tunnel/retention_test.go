@@ -57,7 +57,7 @@ func TestRetentionKeepsFinishedUnaryCalls(t *testing.T) {
 	}
 	// Still the fast path: the calls have no state hash.
 	for _, id := range []string{okID, failID} {
-		if n := e.rdb.Exists(ctx, tag+":st:"+id).Val(); n != 0 {
+		if n, err := e.rdb.Exists(ctx, tag+":st:"+id).Result(); err != nil || n != 0 {
 			t.Errorf("call %s has a state hash; the fast path writes none", id)
 		}
 	}
@@ -78,7 +78,7 @@ func TestNoRetentionByDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := "rpr:v1:{" + echoService + "}"
-	if keys := e.rdb.Keys(ctx, tag+":*"+id+"*").Val(); len(keys) != 0 {
+	if keys, err := e.rdb.Keys(ctx, tag+":*"+id+"*").Result(); err != nil || len(keys) != 0 {
 		t.Errorf("an answered call left %v", keys)
 	}
 	raw := e.rdb.HGet(ctx, tag+":workers", "forgetter").Val()

@@ -42,10 +42,10 @@ func TestAnswerKeepsRecordsOnlyWithRetention(t *testing.T) {
 		if err != nil || len(out) != 2 || out[0] != 1 || out[1] != 0 {
 			t.Fatalf("retention %v: answer = %v, %v; want [1 0] (answered, caller gone)", retention, out, err)
 		}
-		if n := rdb.XLen(ctx, req).Val(); n != 0 {
+		if n, err := rdb.XLen(ctx, req).Result(); err != nil || n != 0 {
 			t.Errorf("retention %v: %d entries left in the request stream", retention, n)
 		}
-		if rdb.Exists(ctx, gone).Val() != 0 {
+		if n, err := rdb.Exists(ctx, gone).Result(); err != nil || n != 0 {
 			t.Errorf("retention %v: the answer created a gone caller's stream", retention)
 		}
 		for _, id := range []string{"id-1", "id-2"} {

@@ -79,7 +79,7 @@ func TestArbiterWithoutConsumerGroup(t *testing.T) {
 	if err != nil || !won || found != wire.StateTimeout {
 		t.Fatalf("Result = %v, %q, %v; want the mark to win", won, found, err)
 	}
-	if n := rdb.XLen(ctx, stream).Val(); n != 0 {
+	if n, err := rdb.XLen(ctx, stream).Result(); err != nil || n != 0 {
 		t.Errorf("the request is still queued (%d entries): it could run after its caller gave up", n)
 	}
 }

@@ -45,11 +45,11 @@ func TestInboxAndSendFrames(t *testing.T) {
 	if n := send("f1"); n != CallerGone {
 		t.Fatalf("SendFrames to a missing inbox = %d, want CallerGone", n)
 	}
-	if n := rdb.Exists(ctx, inbox).Val(); n != 0 {
+	if n, err := rdb.Exists(ctx, inbox).Result(); err != nil || n != 0 {
 		t.Fatal("SendFrames created the inbox")
 	}
 	open()
-	if n := rdb.XLen(ctx, inbox).Val(); n != 0 {
+	if n, err := rdb.XLen(ctx, inbox).Result(); err != nil || n != 0 {
 		t.Fatalf("a new inbox holds %d entries, want none", n)
 	}
 	if n := send("ab", "cd", "e"); n != Written {
