@@ -32,6 +32,9 @@ fuzz_func='^func Fuzz[A-Za-z0-9_]*(f \*testing\.F)'
 dirs=$(git grep -l --untracked -e "$fuzz_func" -- '*_test.go' | xargs -r -n1 dirname | sort -u)
 [ -n "$dirs" ] || { echo "fuzz: no fuzz targets found" >&2; exit 1; }
 
+# inputs prints how many inputs testdata/fuzz/<target> of a package holds.
+inputs() { if [ -d "$1" ]; then find "$1" -type f | wc -l; else echo 0; fi; }
+
 total=0
 start=$SECONDS
 for dir in $dirs; do
@@ -44,10 +47,10 @@ for dir in $dirs; do
         [ -z "$only_target" ] || [ "$target" = "$only_target" ] || continue
         echo "fuzz: $pkg $target for $FUZZTIME"
         t0=$EPOCHREALTIME
-        seeds=$(ls "$dir/testdata/fuzz/$target" 2>/dev/null | wc -l)
+        seeds=$(inputs "$dir/testdata/fuzz/$target")
         if ! (cd "$dir" && "$test_bin" -test.run='^$' -test.fuzz="^$target\$" -test.fuzztime="$FUZZTIME" \
             -test.fuzzcachedir="$cache/$pkg" -test.fuzzminimizetime=10s); then
-            if [ "$(ls "$dir/testdata/fuzz/$target" 2>/dev/null | wc -l)" -gt "$seeds" ]; then
+            if [ "$(inputs "$dir/testdata/fuzz/$target")" -gt "$seeds" ]; then
                 echo "fuzz: $pkg $target failed (the input is in $dir/testdata/fuzz/$target/)" >&2
             else
                 # Go 1.26's coordinator can fail a timed run at its deadline

@@ -193,7 +193,7 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if cfg.timeout > 0 {
 		env.Timeout = cfg.timeout.Milliseconds()
 	}
-	raw, err := wire.EncodeRequest(env)
+	raw, err := c.encodeRequest(env)
 	if err != nil {
 		return Receipt{}, notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
 	}

@@ -133,18 +133,18 @@ func TestUnknownEnvelopeVersionIsAnsweredAndDeadLettered(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	reply := replyStream(t, e, "foreign")
 	fields := validFields("20261129-TEST-1795995318695-AAAAAAAAAA", reply)
-	fields["v"] = 3 // a version no release speaks yet
+	fields["v"] = 4 // a version no release speaks yet
 	fields["new-field"] = "from the future"
 	e.xadd(t, "e", rawEnvelope(t, fields))
 	resp := readResponse(t, e, reply)
 	if code := fmt.Sprint(resp["c"]); code != fmt.Sprint(uint32(tunnel.FailedPrecondition)) {
 		t.Errorf("code = %v, want FAILED_PRECONDITION (%d)", code, tunnel.FailedPrecondition)
 	}
-	if msg, _ := resp["msg"].(string); !strings.Contains(msg, "envelope version 3 is not supported") {
+	if msg, _ := resp["msg"].(string); !strings.Contains(msg, "envelope version 4 is not supported") {
 		t.Errorf("message = %q", msg)
 	}
 	e.settled(t)
-	if r := e.deadLetterReasons(t); len(r) != 1 || !strings.Contains(r[0], "version 3") {
+	if r := e.deadLetterReasons(t); len(r) != 1 || !strings.Contains(r[0], "version 4") {
 		t.Errorf("dead letters = %q", r)
 	}
 	if e.count("Echo") != 1 { // only the liveness probe

@@ -98,6 +98,13 @@ type ClientOptions struct {
 	// one followed; a client never raises it, and logs a warning when it
 	// expects more.
 	Shards map[string]int
+	// Credentials sign every request with a secret this client's caller
+	// shares with the servers (and, with Seal, encrypt them), so that the
+	// servers know who calls and the client knows who answers (see
+	// Credentials and ServerOptions.Trust). Default nil: requests are not
+	// signed. With Credentials the rate limits count this client's calls
+	// under Credentials.Caller, whatever LimitKey says the key is.
+	Credentials *Credentials
 }
 
 // responseStreamTTL is how long a client's response stream outlives the
@@ -128,6 +135,7 @@ type Client struct {
 	metrics           callMetrics
 	limiter           limiter   // rate limits
 	breakers          *breakers // nil when disabled
+	identity          *callerIdentity // nil without Credentials
 
 	// ctx ends when the client closes; it bounds every background goroutine.
 	ctx    context.Context
@@ -199,8 +207,13 @@ func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 			return nil, fmt.Errorf("rpr: ClientOptions.Shards[%q]: %w", name, err)
 		}
 	}
+	identity, err := newCallerIdentity(opts.Credentials)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
+		identity:          identity,
 		metrics:           metrics,
 		limiter:           newLimiter(opts.MeterProvider, opts.LimitKey),
 		breakers:          breakers,
@@ -429,7 +442,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	}
 
 	deadline, _ := ctx.Deadline()
-	raw, err := wire.EncodeRequest(&wire.Request{
+	raw, err := c.encodeRequest(&wire.Request{
 		Version:  wire.Version,
 		ID:       rid,
 		Method:   full,
@@ -552,7 +565,7 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool,
 	defer cancel()
 	service := call.method.Service.Name
 	shard := c.keys.Shard(service, call.shard)
-	arbiter := store.NewArbiter(shard, shard.Requests(call.lane), c.keys.Cancels(service), call.id, entryID, mark, stateMargin)
+	arbiter := store.NewArbiter(shard, shard.Requests(call.lane), c.keys.Cancels(service), call.id, c.cancelMessage(service, call.id), entryID, mark, stateMargin)
 	store.Run(actx, c.rdb, &arbiter.Call)
 	won, state, err := arbiter.Result()
 	if err != nil {

@@ -411,9 +411,13 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessag
 	if err != nil {
 		id, _ := wire.PeekReplyAddress([]byte(raw))
 		c.log.Error("rpr: undecodable response", "stream", rs.key, "entry", msg.ID, "request_id", id, "error", err)
-		if id != "" {
+		if id != "" && c.identity == nil { // with Credentials, only a signed answer ends a call
 			s.complete(id, callResult{err: Errorf(Internal, "%s [%s]: undecodable response from the server: %v", s.name, id, err)})
 		}
+		return
+	}
+	if err := c.authentic(resp); err != nil {
+		c.log.Error("rpr: answer refused; the call waits for its real answer", "stream", rs.key, "entry", msg.ID, "request_id", resp.ID, "reason", err)
 		return
 	}
 	if s.complete(resp.ID, callResult{resp: resp}) {

@@ -50,6 +50,9 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 	if ctx.Err() != nil {
 		return nil, notSent(ctx, full, rid, "before the stream was opened")
 	}
+	if c.identity != nil && c.identity.seal {
+		return nil, notExecutedf(FailedPrecondition, "streaming calls cannot be sealed: their messages travel as frames, which are neither sealed nor signed; call %s from a client whose Credentials do not set Seal", full)
+	}
 	if err := checkMetadataSize(full, rid, started.cfg.header); err != nil {
 		return nil, err
 	}
@@ -365,7 +368,7 @@ func (cs *clientStream) open(first []byte, hasFirst, closed bool) error {
 		env.Messages, env.Payload = 1, first
 		cs.send.take(len(first))
 	}
-	raw, err := wire.EncodeRequest(env)
+	raw, err := c.encodeRequest(env)
 	if err != nil {
 		return cs.fail(notExecutedf(Internal, "%s [%s]: %v", cs.full(), cs.id(), err), false)
 	}

@@ -247,7 +247,7 @@ func (cs *clientStream) arbitrate(mark string) (won bool, state string, err erro
 	defer cancel()
 	service := cs.method.Service.Name
 	shard := c.keys.Shard(service, cs.shard)
-	arbiter := store.NewArbiter(shard, shard.Requests(cs.lane), c.keys.Cancels(service), cs.id(), entryID, mark, stateMargin)
+	arbiter := store.NewArbiter(shard, shard.Requests(cs.lane), c.keys.Cancels(service), cs.id(), c.cancelMessage(service, cs.id()), entryID, mark, stateMargin)
 	store.Run(ctx, c.rdb, &arbiter.Call)
 	return arbiter.Result()
 }

@@ -71,6 +71,13 @@ type received struct {
 	// takenFrom names the worker an entry was reclaimed from ("unknown"
 	// when Redis did not say); "" for an entry read afresh.
 	takenFrom string
+	// caller is the verified caller of a signed request and key its key
+	// (ServerOptions.Trust); "" and nil for an unsigned one.
+	caller string
+	key    *wire.CallerKey
+	// denied is the PERMISSION_DENIED error the request gets instead of
+	// its handler when its caller may not call its method.
+	denied error
 }
 
 // readRequests takes requests of q in batches, never more than there are
@@ -266,7 +273,7 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 			r.releaseSlots(1)
 		case req.method == nil && r.handOff(ctx, q, req, hops):
 			r.releaseSlots(1)
-		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline:
+		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline && req.replaySafe():
 			req.fast = true // no state hash: req.state stays ""
 			if mine != nil {
 				r.run(mine.queue, mine.req, mine.decision)
@@ -365,7 +372,7 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]st
 // lease extended, until its completion is written.
 func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	s := r.server
-	if req.env.Kind == wire.KindStream && d.Verdict == store.VerdictRun && req.method != nil && req.method.IsStreaming() {
+	if req.env.Kind == wire.KindStream && d.Verdict == store.VerdictRun && req.method != nil && req.method.IsStreaming() && req.denied == nil {
 		r.startStream(q, req)
 		return
 	}
@@ -375,7 +382,8 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
-	r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, fast: req.fast, state: req.state, cancel: cancelCause})
+	ctx = withCaller(ctx, req.caller)
+	r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, fast: req.fast, state: req.state, cancel: cancelCause, caller: req.caller, key: req.key})
 	defer r.running.remove(req.env.ID)
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
@@ -406,7 +414,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	if Code(resp.Code) != OK {
 		final = wire.StateFailed
 	}
-	raw, err := wire.EncodeResponse(resp)
+	raw, err := req.encodeResponse(resp)
 	if err != nil {
 		log.Error("rpr: encode response", "error", err)
 		return
@@ -438,12 +446,16 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 		log.Warn("rpr: call kind does not match the method", "async_method", req.method.Async)
 		return fail(Errorf(FailedPrecondition, "%s [%s]: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.Method, env.ID, req.method.Async, env.Kind == wire.KindAsync))
 	}
+	if req.denied != nil {
+		log.Warn("rpr: caller not allowed to call the method; refused", "caller", req.caller)
+		return fail(req.denied)
+	}
 	if len(env.Payload) > s.opts.MaxRequestBytes {
 		log.Warn("rpr: request over the size limit", "bytes", len(env.Payload), "limit", s.opts.MaxRequestBytes)
 		return fail(Errorf(ResourceExhausted, "%s [%s]: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.Method, env.ID, len(env.Payload), s.opts.MaxRequestBytes))
 	}
 
-	info := &handlerInfo{header: env.Header, id: env.ID, attempt: env.Attempt}
+	info := &handlerInfo{header: req.handlerHeader(), id: env.ID, attempt: env.Attempt}
 	if env.Kind == wire.KindAsync {
 		info.idempotencyKey = env.Key
 	}

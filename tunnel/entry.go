@@ -59,6 +59,11 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		}
 		return nil
 	}
+	caller, key, refused := s.trust.admit(env)
+	if refused != nil {
+		r.refuseUnread(q, msg.ID, raw, refused.code, refused.reason)
+		return nil
+	}
 	if n := Metadata(env.Header).size(); n > MaxMetadataBytes {
 		r.refuseUnread(q, msg.ID, raw, ResourceExhausted, fmt.Sprintf("request metadata is %d bytes, over the %d-byte limit (tunnel.MaxMetadataBytes)", n, MaxMetadataBytes))
 		return nil
@@ -68,12 +73,13 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
 	}
-	req := &received{entryID: msg.ID, raw: raw, env: env, deadline: env.Deadline}
+	req := &received{entryID: msg.ID, raw: raw, env: env, deadline: env.Deadline, caller: caller, key: key}
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
 		req.method = q.methods[methodName]
 	}
+	req.denied = s.trust.authorize(caller, env.Method, env.ID)
 	if env.Kind == wire.KindAsync {
-		req.state = q.stateKey(env.Key)
+		req.state = q.stateKey(env.StateName())
 		req.deadline = s.clock.toRedis(time.Now().Add(asyncTimeout(env, req.method)))
 	}
 	return req

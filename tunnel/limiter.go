@@ -141,6 +141,9 @@ func (c *Client) limit(ctx context.Context, svc *clientService, full, rid string
 		return nil
 	}
 	key, tier := c.limiter.key(ctx, full, md)
+	if c.identity != nil {
+		key = c.identity.name // the caller the servers will verify, not a header
+	}
 	if key == "" {
 		key = c.opts.ID
 	}

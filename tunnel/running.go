@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // runningRequest is a request a worker has claimed and not yet completed.
@@ -19,6 +20,10 @@ type runningRequest struct {
 	// on the fast path.
 	state  string
 	cancel context.CancelCauseFunc
+	// caller and key are the request's verified caller and its key ("",
+	// nil when unsigned): only that caller may cancel it.
+	caller string
+	key    *wire.CallerKey
 }
 
 // runningSet tracks a worker's claimed requests by request id, for lease
@@ -54,13 +59,20 @@ func (rs *runningSet) has(id string) bool {
 
 // cancel cancels the handler of request id, if it runs here.
 func (rs *runningSet) cancel(id string, cause error) bool {
+	return rs.cancelIf(id, cause, nil)
+}
+
+// cancelIf cancels the handler of request id, if it runs here and allowed
+// (nil: always) says its caller may.
+func (rs *runningSet) cancelIf(id string, cause error, allowed func(caller string, key *wire.CallerKey) bool) bool {
 	rs.mu.Lock()
 	req := rs.m[id]
 	rs.mu.Unlock()
-	if req != nil {
-		req.cancel(cause)
+	if req == nil || (allowed != nil && !allowed(req.caller, req.key)) {
+		return false
 	}
-	return req != nil
+	req.cancel(cause)
+	return true
 }
 
 // byQueue returns the running requests grouped by the queue they came from.
@@ -93,9 +105,11 @@ var (
 func (r *serveRun) watchCancellations(stop <-chan struct{}, services []*serverService) {
 	var channels []string
 	handoffChannels := map[string]bool{}
+	cancelChannels := map[string]string{} // channel -> service
 	for _, svc := range services {
 		channels = append(channels, r.server.keys.Cancels(svc.name), r.server.keys.Handoffs(svc.name))
 		handoffChannels[r.server.keys.Handoffs(svc.name)] = true
+		cancelChannels[r.server.keys.Cancels(svc.name)] = svc.name
 	}
 	sub := r.server.rdb.Subscribe(context.Background(), channels...)
 	defer sub.Close()
@@ -112,8 +126,15 @@ func (r *serveRun) watchCancellations(stop <-chan struct{}, services []*serverSe
 				r.onHandoff(msg.Payload)
 				continue
 			}
-			if r.running.cancel(msg.Payload, errCallerCancelled) || r.streams.cancel(msg.Payload, errCallerCancelled) {
-				r.server.log.Info("rpr: caller cancelled; cancelling its handler", "request_id", msg.Payload)
+			id, caller, sig := wire.ParseCancel(msg.Payload)
+			service := cancelChannels[msg.Channel]
+			// A signed request is cancelled only by its own caller's
+			// signed cancel; an unsigned one by any.
+			allowed := func(reqCaller string, key *wire.CallerKey) bool {
+				return key == nil || (caller == reqCaller && key.VerifyCancel(service, id, sig))
+			}
+			if r.running.cancelIf(id, errCallerCancelled, allowed) || r.streams.cancelIf(id, errCallerCancelled, allowed) {
+				r.server.log.Info("rpr: caller cancelled; cancelling its handler", "request_id", id)
 			}
 		}
 	}

@@ -121,6 +121,11 @@ type ServerOptions struct {
 	// says (their state is the idempotency key's), and so are streams for
 	// a while after they end.
 	Retention time.Duration
+	// Trust makes the server take requests only from authenticated callers
+	// and says what each may call (see Trust). Default nil: requests are
+	// not authenticated, anyone who can write to the service's request
+	// stream may call every method, and signed requests are refused.
+	Trust *Trust
 	// RetryPollInterval is how often the server moves due async retries
 	// and delayed requests to the queue (default DefaultRetryPollInterval,
 	// 250ms): a delayed request
@@ -191,6 +196,7 @@ type Server struct {
 	created           time.Time
 	stats             serverStats
 	tracing           tracing
+	trust             *trustedCallers // nil without ServerOptions.Trust
 
 	mu       sync.Mutex
 	services map[string]*serverService
@@ -278,7 +284,12 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 			return nil, fmt.Errorf("rpr: ServerOptions.OnlyShards: shard %d: want 0 to %d", shard, MaxShards-1)
 		}
 	}
+	trust, err := newTrustedCallers(opts.Trust)
+	if err != nil {
+		return nil, err
+	}
 	return &Server{
+		trust:             trust,
 		rdb:               rdb,
 		opts:              opts,
 		keys:              store.NewKeyspace(opts.Prefix),

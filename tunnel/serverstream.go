@@ -231,8 +231,8 @@ func (r *serveRun) startStream(q *queue, req *received) {
 	if env.Closed {
 		ss.recv.closeAfter(int64(env.Messages))
 	}
-	info := &handlerInfo{header: env.Header, id: env.ID, attempt: env.Attempt}
-	ss.ctx = withHandlerInfo(ctx, info)
+	info := &handlerInfo{header: req.handlerHeader(), id: env.ID, attempt: env.Attempt}
+	ss.ctx = withHandlerInfo(withCaller(ctx, req.caller), info)
 	r.streams.set(env.ID, ss)
 
 	accept, err := wire.EncodeFrame(&wire.Frame{Version: wire.StreamVersion, ID: env.ID, Type: wire.FrameAccept,
@@ -327,7 +327,7 @@ func (r *serveRun) runStreamHandler(ss *serverStream, log *requestLogger) (err e
 // trailer) to the caller, retrying while Redis cannot be reached, for as
 // long as the caller can still be waiting.
 func (r *serveRun) endStream(q *queue, req *received, resp *wire.Response, ss *serverStream, log *requestLogger) {
-	raw, err := wire.EncodeResponse(resp)
+	raw, err := req.encodeResponse(resp)
 	if err != nil {
 		log.Error("rpr: encode stream response", "error", err)
 		return
@@ -413,9 +413,16 @@ func (o *openStreams) list() []*serverStream {
 // cancel cancels stream id's handler with cause; false when it is not
 // open here.
 func (o *openStreams) cancel(id string, cause error) bool {
+	return o.cancelIf(id, cause, nil)
+}
+
+// cancelIf is cancel for a stream whose caller allowed (nil: always) says
+// may cancel it.
+func (o *openStreams) cancelIf(id string, cause error, allowed func(caller string, key *wire.CallerKey) bool) bool {
 	ss := o.get(id)
-	if ss != nil {
-		ss.cancel(cause)
+	if ss == nil || (allowed != nil && !allowed(ss.req.caller, ss.req.key)) {
+		return false
 	}
-	return ss != nil
+	ss.cancel(cause)
+	return true
 }

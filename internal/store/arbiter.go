@@ -21,7 +21,7 @@ import (
 //
 //	KEYS[1] state hash   KEYS[2] request stream
 //	ARGV[1] TIMEOUT | CANCELLED   ARGV[2] TTL ms
-//	ARGV[3] cancel channel        ARGV[4] request id
+//	ARGV[3] cancel channel        ARGV[4] cancel message (see wire.ParseCancel)
 //	ARGV[5] entry id, '' when unknown   ARGV[6] consumer group
 //
 // Returns {1, ARGV[1]} when the request will never run, or {0, what}:
@@ -75,11 +75,12 @@ type Arbiter struct {
 // NewArbiter starts the arbiter for request id in shard sk, sent to
 // stream as entryID ("" when that is unknown): mark is wire.StateTimeout
 // or wire.StateCancelled, kept for ttl; a cancel is announced on
-// cancels (Keyspace.Cancels).
-func NewArbiter(sk Shard, stream, cancels, id, entryID, mark string, ttl time.Duration) *Arbiter {
+// cancels (Keyspace.Cancels) as cancelMsg (the id, or the id signed by
+// its caller: wire.CallerKey.CancelMessage).
+func NewArbiter(sk Shard, stream, cancels, id, cancelMsg, entryID, mark string, ttl time.Duration) *Arbiter {
 	return &Arbiter{Call: Call{script: arbiterScript,
 		keys: []string{sk.State(id), stream},
-		args: []any{mark, ttl.Milliseconds(), cancels, id, entryID, WorkersGroup}}}
+		args: []any{mark, ttl.Milliseconds(), cancels, cancelMsg, entryID, WorkersGroup}}}
 }
 
 // Result returns whether the mark won (the request never ran and never

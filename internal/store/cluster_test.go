@@ -85,7 +85,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 			a.Add(resp, entry2, []byte("resp"), shard.Done("b"), []byte(`{"method":"M"}`))
 			return a
 		}().Call,
-		&NewArbiter(shard, req, keys.Cancels(service), "b", entry2, wire.StateTimeout, time.Second).Call,
+		&NewArbiter(shard, req, keys.Cancels(service), "b", "b", entry2, wire.StateTimeout, time.Second).Call,
 		&NewReply(resp, []byte("resp")).Call,
 		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}).Call,
 		&func() *Enqueue {

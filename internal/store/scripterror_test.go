@@ -25,7 +25,7 @@ func TestScriptErrorsHideLua(t *testing.T) {
 	if err := rdb.Set(ctx, shard.State("r1"), "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	a := NewArbiter(shard, shard.Requests(""), "cancels", "r1", "1-1", wire.StateTimeout, time.Second)
+	a := NewArbiter(shard, shard.Requests(""), "cancels", "r1", "r1", "1-1", wire.StateTimeout, time.Second)
 	Run(ctx, rdb, &a.Call)
 	_, _, err := a.Result()
 	var se *ScriptError
@@ -73,7 +73,7 @@ func TestArbiterWithoutConsumerGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := NewArbiter(shard, stream, "cancels", "r1", id, wire.StateTimeout, time.Second)
+	a := NewArbiter(shard, stream, "cancels", "r1", "r1", id, wire.StateTimeout, time.Second)
 	Run(ctx, rdb, &a.Call)
 	won, found, err := a.Result()
 	if err != nil || !won || found != wire.StateTimeout {

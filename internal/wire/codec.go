@@ -52,18 +52,21 @@ var errUnknownField = errors.New("unknown field")
 func EncodeRequest(env *Request) ([]byte, error) {
 	w := newEnvelopeWriter()
 	defer w.release()
-	// v, id, m, t, a, k and p are always written; the rest are omitempty.
-	w.mapLen(7 + present(env.Deadline != 0, len(env.Header) > 0, env.ReplyTo != "",
+	// v, id, m, t, a and k are always written, and p unless sealed; the
+	// rest are omitempty. A sealed request carries its header and payload
+	// only in Sealed.
+	sealed := env.Sealed != nil
+	w.mapLen(6 + present(!sealed, env.Deadline != 0, len(env.Header) > 0 && !sealed, env.ReplyTo != "",
 		env.Key != "", env.Retry != nil, env.Timeout != 0, env.Replays != 0,
 		env.Streams != 0, env.Window != 0, env.WindowBytes != 0, env.StreamDeadline != 0,
-		env.Messages != 0, env.Closed))
+		env.Messages != 0, env.Closed, env.Caller != "", sealed, env.Sig != nil))
 	w.int("v", env.Version)
 	w.string("id", env.ID)
 	w.string("m", env.Method)
 	if env.Deadline != 0 {
 		w.int64("dl", env.Deadline)
 	}
-	if len(env.Header) > 0 {
+	if len(env.Header) > 0 && !sealed {
 		w.metadata("h", env.Header)
 	}
 	if env.ReplyTo != "" {
@@ -72,7 +75,9 @@ func EncodeRequest(env *Request) ([]byte, error) {
 	w.int64("t", env.Enqueued)
 	w.int("a", env.Attempt)
 	w.uint8("k", uint8(env.Kind))
-	w.bytes("p", env.Payload)
+	if !sealed {
+		w.bytes("p", env.Payload)
+	}
 	if env.Key != "" {
 		w.string("ik", env.Key)
 	}
@@ -103,6 +108,15 @@ func EncodeRequest(env *Request) ([]byte, error) {
 	if env.Closed {
 		w.bool("sc", env.Closed)
 	}
+	if env.Caller != "" {
+		w.string("ca", env.Caller)
+	}
+	if sealed {
+		w.bytes("sx", env.Sealed)
+	}
+	if env.Sig != nil {
+		w.bytes("sg", env.Sig)
+	}
 	return w.result()
 }
 
@@ -111,12 +125,28 @@ func EncodeRequest(env *Request) ([]byte, error) {
 func EncodeResponse(env *Response) ([]byte, error) {
 	w := newEnvelopeWriter()
 	defer w.release()
-	// v, id and c are always written; the rest are omitempty.
-	w.mapLen(3 + present(env.Message != "", len(env.Details) > 0, len(env.Header) > 0,
-		len(env.Trailer) > 0, len(env.Payload) > 0, env.Refused))
+	// v, id and c are always written; the rest are omitempty. A sealed
+	// response carries everything else only in Sealed.
+	clear := env.Sealed == nil
+	w.mapLen(3 + present(env.Message != "" && clear, len(env.Details) > 0 && clear, len(env.Header) > 0 && clear,
+		len(env.Trailer) > 0 && clear, len(env.Payload) > 0 && clear, env.Refused && clear, !clear, env.Sig != nil))
 	w.int("v", env.Version)
 	w.string("id", env.ID)
 	w.uint32("c", uint32(env.Code))
+	if clear {
+		writeResponseBody(w, env)
+	} else {
+		w.bytes("sx", env.Sealed)
+	}
+	if env.Sig != nil {
+		w.bytes("sg", env.Sig)
+	}
+	return w.result()
+}
+
+// writeResponseBody writes the fields of a response that sealing hides:
+// all but v, id and c.
+func writeResponseBody(w *envelopeWriter, env *Response) {
 	if env.Message != "" {
 		w.string("msg", env.Message)
 	}
@@ -135,7 +165,6 @@ func EncodeResponse(env *Response) ([]byte, error) {
 	if env.Refused {
 		w.bool("rf", env.Refused)
 	}
-	return w.result()
 }
 
 // decodeRequestFields decodes b into env, refusing unknown keys, values of
@@ -184,6 +213,12 @@ func decodeRequestFields(b []byte, frozen bool, env *Request) error {
 				env.Messages, err = decodeInt[int](r)
 			case "sc":
 				env.Closed, err = r.dec.DecodeBool()
+			case "ca":
+				env.Caller, err = r.string()
+			case "sx":
+				env.Sealed, err = r.bytes()
+			case "sg":
+				env.Sig, err = r.bytes()
 			default:
 				err = errUnknownField
 			}
@@ -216,6 +251,10 @@ func decodeResponseFields(b []byte, frozen bool, env *Response) error {
 				env.Payload, err = r.bytes()
 			case "rf":
 				env.Refused, err = r.dec.DecodeBool()
+			case "sx":
+				env.Sealed, err = r.bytes()
+			case "sg":
+				env.Sig, err = r.bytes()
 			default:
 				err = errUnknownField
 			}

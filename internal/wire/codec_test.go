@@ -416,7 +416,7 @@ func TestEnvelopeCodecStrictness(t *testing.T) {
 	}
 
 	var verr VersionError
-	unknown := StreamVersion + 1 // the first version this runtime does not speak
+	unknown := SignedVersion + 1 // the first version this runtime does not speak
 	if _, err := DecodeRequest(rawMap(t, validRequestFields("v", unknown, "zz", 1)...)); !errors.As(err, &verr) || verr.Got != unknown {
 		t.Errorf("version %d: err = %v, want VersionError{%d}", unknown, err, unknown)
 	}

@@ -17,6 +17,13 @@ const Version = 1
 // caller to run the same rpr release on both sides.
 const StreamVersion = 2
 
+// SignedVersion is the wire version of envelopes of authenticated
+// callers: a Request or Response that carries Caller, Sig or Sealed, of
+// any Kind. A peer that speaks only Version and StreamVersion refuses it
+// with a VersionError, as it should: it could neither verify nor answer
+// it as the caller expects.
+const SignedVersion = 3
+
 // Field is the one stream field that holds an envelope.
 const Field = "e"
 
@@ -97,6 +104,17 @@ type Request struct {
 	// Closed says the caller sends nothing after the open: its side of
 	// the stream is closed (a server-streaming call).
 	Closed bool `msgpack:"sc,omitempty"`
+
+	// The fields below are for authenticated callers only
+	// (SignedVersion); see CallerKey for how they are made.
+
+	// Caller names the caller whose key signed the request.
+	Caller string `msgpack:"ca,omitempty"`
+	// Sealed holds Header and Payload encrypted with the caller's key; a
+	// sealed request carries neither in the clear.
+	Sealed []byte `msgpack:"sx,omitempty"`
+	// Sig is the caller's signature of the request (CallerKey.SignRequest).
+	Sig []byte `msgpack:"sg,omitempty"`
 }
 
 // RetryPolicy is a RetryPolicy as an async request carries it, so that
@@ -124,19 +142,27 @@ type Response struct {
 	Payload []byte   `msgpack:"p,omitempty"`
 	// Refused says the server turned the call down before any of it ran
 	// (a stream over ServerOptions.MaxStreams, an open it cannot take):
-	// the caller may open it again. Only StreamVersion responses carry it.
+	// the caller may open it again. Only StreamVersion and SignedVersion
+	// responses carry it.
 	Refused bool `msgpack:"rf,omitempty"`
+	// Sealed holds everything but ID and Code encrypted with the caller's
+	// key, for a caller that sealed its request (SignedVersion).
+	Sealed []byte `msgpack:"sx,omitempty"`
+	// Sig is the server's signature with the caller's key
+	// (CallerKey.SignResponse): the answer to an authenticated caller is
+	// signed, so that the caller can reject a forged one.
+	Sig []byte `msgpack:"sg,omitempty"`
 }
 
 // VersionError reports an envelope written by a different rpr version.
 type VersionError struct{ Got int }
 
 func (e VersionError) Error() string {
-	return fmt.Sprintf("envelope version %d is not supported (this rpr speaks versions %d to %d): run the same rpr release on both sides", e.Got, Version, StreamVersion)
+	return fmt.Sprintf("envelope version %d is not supported (this rpr speaks versions %d to %d): run the same rpr release on both sides", e.Got, Version, SignedVersion)
 }
 
 // knownVersion reports whether this runtime speaks envelope version v.
-func knownVersion(v int) bool { return v == Version || v == StreamVersion }
+func knownVersion(v int) bool { return v == Version || v == StreamVersion || v == SignedVersion }
 
 // marshalEnvelope encodes a *Request or *Response with the
 // hand-written codec (EncodeRequest, EncodeResponse), for callers (tests)
@@ -216,6 +242,12 @@ func decodeRequestFrom(b []byte, frozen bool) (*Request, error) {
 	if env.Kind != KindStream && env.hasStreamFields() {
 		return nil, errors.New("malformed envelope: stream fields in a request that is not a stream")
 	}
+	if err := checkSigned(env.Version, env.Caller != "" || env.Sig != nil || env.Sealed != nil, env.Sealed != nil && (env.Header != nil || env.Payload != nil)); err != nil {
+		return nil, err
+	}
+	if env.Version == SignedVersion && !ValidCallerName(env.Caller) {
+		return nil, fmt.Errorf("malformed envelope: caller name %q (want 1 to %d of A-Z a-z 0-9 . _ -)", env.Caller, maxCallerName)
+	}
 	switch env.Kind {
 	case KindUnary:
 		switch {
@@ -241,6 +273,21 @@ func decodeRequestFrom(b []byte, frozen bool) (*Request, error) {
 	return env, nil
 }
 
+// checkSigned checks that the fields of authenticated callers (signed)
+// come in SignedVersion envelopes, that those are signed, and that a
+// sealed envelope carries nothing in the clear that it seals (clear).
+func checkSigned(version int, signed, clear bool) error {
+	switch {
+	case signed && version != SignedVersion:
+		return fmt.Errorf("malformed envelope: a caller, signature or sealed part in a version %d envelope (they are version %d)", version, SignedVersion)
+	case version == SignedVersion && !signed:
+		return fmt.Errorf("malformed envelope: a version %d envelope without a signature", SignedVersion)
+	case clear:
+		return errors.New("malformed envelope: sealed, yet with sealed fields in the clear")
+	}
+	return nil
+}
+
 // hasStreamFields reports whether any stream-only field is set.
 func (env *Request) hasStreamFields() bool {
 	return env.Streams != 0 || env.Window != 0 || env.WindowBytes != 0 || env.StreamDeadline != 0 || env.Messages != 0 || env.Closed
@@ -249,8 +296,8 @@ func (env *Request) hasStreamFields() bool {
 // checkStream validates a stream open.
 func (env *Request) checkStream() error {
 	switch {
-	case env.Version != StreamVersion:
-		return fmt.Errorf("malformed envelope: a stream open of version %d (streams are version %d)", env.Version, StreamVersion)
+	case env.Version != StreamVersion && env.Version != SignedVersion:
+		return fmt.Errorf("malformed envelope: a stream open of version %d (streams are version %d, or %d when signed)", env.Version, StreamVersion, SignedVersion)
 	case env.ReplyTo == "":
 		return errors.New("malformed envelope: no reply-to stream")
 	case env.Deadline <= 0:
@@ -286,6 +333,9 @@ func decodeResponseFrom(b []byte, frozen bool) (*Response, error) {
 	if env.ID == "" {
 		return nil, errors.New("malformed response envelope: no request id")
 	}
+	if err := checkSigned(env.Version, env.Sig != nil || env.Sealed != nil, env.Sealed != nil && (env.Message != "" || env.Details != nil || env.Header != nil || env.Trailer != nil || env.Payload != nil || env.Refused)); err != nil {
+		return nil, err
+	}
 	return env, nil
 }
 
@@ -317,4 +367,15 @@ func stringBytes(s string) []byte {
 		return nil
 	}
 	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// StateName names the request's state hash (store.Shard.State): its
+// idempotency key, which for a signed request whose caller chose the key
+// is scoped by the caller, "caller/key", so that one caller's key never
+// decides whether another caller's request runs.
+func (env *Request) StateName() string {
+	if env.Caller != "" && env.Key != env.ID {
+		return env.Caller + "/" + env.Key
+	}
+	return env.Key
 }

@@ -59,9 +59,9 @@ func TestRequestEnvelopeStrictDecoding(t *testing.T) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, tc.want)
 		}
 	}
-	_, err := DecodeRequest(encode(func(m map[string]any) { m["v"] = StreamVersion + 1 }))
+	_, err := DecodeRequest(encode(func(m map[string]any) { m["v"] = SignedVersion + 1 }))
 	var verr VersionError
-	if !errors.As(err, &verr) || verr.Got != StreamVersion+1 {
-		t.Errorf("version %d: err = %v, want VersionError{%d}", StreamVersion+1, err, StreamVersion+1)
+	if !errors.As(err, &verr) || verr.Got != SignedVersion+1 {
+		t.Errorf("version %d: err = %v, want VersionError{%d}", SignedVersion+1, err, SignedVersion+1)
 	}
 }
