@@ -89,7 +89,7 @@ func (q *DeadLetters) Replay(ctx context.Context, letters []DeadLetter, progress
 			if err != nil {
 				return fmt.Errorf("rpr: replay dead letter %s of %s: encode its envelope: %w", dl.EntryID, s.name, err)
 			}
-			call.Add(dl.StreamID, sk.State(dl.envelope.Key), raw)
+			call.Add(dl.StreamID, sk.State(dl.envelope.StateName()), raw)
 		}
 		store.Run(ctx, s.rdb, &call.Call)
 		out, err := call.Result()
@@ -103,7 +103,7 @@ func (q *DeadLetters) Replay(ctx context.Context, letters []DeadLetter, progress
 			case store.Succeeded:
 				res.AlreadySucceeded++
 			case store.ForeignState:
-				res.Skipped[batch[i].EntryID] = fmt.Sprintf("its idempotency key's state %s holds a value rpr did not write there (not a hash): something other than rpr writes under rpr's prefix; delete that key, then replay it", sk.State(batch[i].envelope.Key))
+				res.Skipped[batch[i].EntryID] = fmt.Sprintf("its idempotency key's state %s holds a value rpr did not write there (not a hash): something other than rpr writes under rpr's prefix; delete that key, then replay it", sk.State(batch[i].envelope.StateName()))
 			default:
 				res.Gone++
 			}

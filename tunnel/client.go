@@ -133,8 +133,8 @@ type Client struct {
 	clock             redisClock
 	tracing           tracing
 	metrics           callMetrics
-	limiter           limiter   // rate limits
-	breakers          *breakers // nil when disabled
+	limiter           limiter         // rate limits
+	breakers          *breakers       // nil when disabled
 	identity          *callerIdentity // nil without Credentials
 
 	// ctx ends when the client closes; it bounds every background goroutine.

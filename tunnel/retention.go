@@ -34,7 +34,8 @@ func (r *serveRun) recordFinished(q *queue, req *received, resp *wire.Response, 
 // recordOwnKey makes comp, the outcome of an attempt of an async request,
 // findable by the request id when the request was sent with an idempotency
 // key of its own, which names its state: the state records the id, and a
-// record under the id names the key, both for as long as the state.
+// record under the id names the state (the key, "caller/key" for a signed
+// request: wire.Request.StateName), both for as long as the state.
 // Requests with the default key (their id) need neither.
 func recordOwnKey(q *queue, req *received, comp *store.Completion) {
 	env := req.env
@@ -42,5 +43,5 @@ func recordOwnKey(q *queue, req *received, comp *store.Completion) {
 		return
 	}
 	comp.ID = env.ID
-	comp.Record, comp.RecordKey, comp.RecordTTL = wire.Finished{Key: env.Key}.Encode(), q.keys.Done(env.ID), comp.TTL
+	comp.Record, comp.RecordKey, comp.RecordTTL = wire.Finished{Key: env.StateName()}.Encode(), q.keys.Done(env.ID), comp.TTL
 }

@@ -78,17 +78,24 @@ type callerIdentity struct {
 	seal bool
 }
 
+// Validate reports what is wrong with c: a caller name that is not 1 to
+// 64 of A-Z a-z 0-9 . _ -, or a secret shorter than 32 bytes.
+func (c *Credentials) Validate() error {
+	_, err := newCallerIdentity(c)
+	return err
+}
+
 // newCallerIdentity checks creds; nil creds give a nil identity.
 func newCallerIdentity(creds *Credentials) (*callerIdentity, error) {
 	if creds == nil {
 		return nil, nil
 	}
 	if !wire.ValidCallerName(creds.Caller) {
-		return nil, fmt.Errorf("rpr: ClientOptions.Credentials.Caller %q: a caller name is 1 to 64 of A-Z a-z 0-9 . _ -", creds.Caller)
+		return nil, fmt.Errorf("rpr: credentials: caller name %q: a caller name is 1 to 64 of A-Z a-z 0-9 . _ -", creds.Caller)
 	}
 	key, err := wire.NewCallerKey(creds.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("rpr: ClientOptions.Credentials for %q: %w", creds.Caller, err)
+		return nil, fmt.Errorf("rpr: credentials of %q: %w", creds.Caller, err)
 	}
 	return &callerIdentity{name: creds.Caller, key: key, seal: creds.Seal}, nil
 }

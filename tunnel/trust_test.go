@@ -118,7 +118,27 @@ func newTrustWorld(t *testing.T, trust *tunnel.Trust) *trustWorld {
 	rs := redistest.Start(t)
 	w := &trustWorld{t: t, redis: rs, rdb: rs.Client(t), vault: newVault()}
 	serveService(t, rs, &vaultDesc, w.vault, tunnel.ServerOptions{Trust: trust, Logger: slog.New(slog.DiscardHandler)})
+	waitFor(t, "the vault's server to beat", func() bool {
+		n, _ := w.rdb.HLen(context.Background(), "rpr:v1:{"+trustService+"}:workers").Result()
+		return n > 0
+	})
 	return w
+}
+
+// started waits for a Hold handler to start and returns its request id,
+// or fails the test with the call's error if the call ended first.
+func (w *trustWorld) started(done <-chan error) string {
+	w.t.Helper()
+	select {
+	case id := <-w.vault.started:
+		return id
+	case err := <-done:
+		w.t.Fatalf("Hold ended before its handler started: %v", err)
+		return ""
+	case <-time.After(30 * time.Second):
+		w.t.Fatal("no Hold handler started within 30s")
+		return ""
+	}
 }
 
 func (w *trustWorld) client(id string, creds *tunnel.Credentials) *tunnel.Client {
@@ -186,7 +206,7 @@ func TestTrustSignedClientRejectsForgedAnswers(t *testing.T) {
 		got, err = call(context.Background(), alice, "Hold", "real", tunnel.WithTimeout(20*time.Second))
 		done <- err
 	}()
-	rid := <-w.vault.started
+	rid := w.started(done)
 	replyTo := "rpr:v1:{" + trustService + "}:resp:alice-1"
 	mallory, _ := wire.NewCallerKey(bobSecret)
 	for _, forged := range []*wire.Response{
@@ -232,7 +252,7 @@ func TestTrustSealedRequestsAreNotReadableInRedis(t *testing.T) {
 		got, err = call(context.Background(), alice, "Hold", "card 4111-1111", tunnel.WithHeader("authorization", "Bearer hunter2"), tunnel.WithTimeout(20*time.Second))
 		done <- err
 	}()
-	<-w.vault.started
+	w.started(done)
 	entries, err := w.rdb.XRange(context.Background(), "rpr:v1:{"+trustService+"}:req", "-", "+").Result()
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("request stream: %v entries, %v", len(entries), err)
@@ -255,12 +275,12 @@ func TestTrustSealedRequestsAreNotReadableInRedis(t *testing.T) {
 func TestTrustOnlyTheCallerCancelsItsCall(t *testing.T) {
 	w := newTrustWorld(t, vaultTrust())
 	alice := w.client("alice-1", &tunnel.Credentials{Caller: "alice", Secret: aliceSecret})
-	hold := func(done chan<- error) string {
+	hold := func(done chan error) string {
 		go func() {
 			_, err := call(context.Background(), alice, "Hold", "x", tunnel.WithTimeout(20*time.Second))
 			done <- err
 		}()
-		return <-w.vault.started
+		return w.started(done)
 	}
 	doneA, doneB := make(chan error, 1), make(chan error, 1)
 	a, b := hold(doneA), hold(doneB)
@@ -325,7 +345,7 @@ func TestTrustACopyOfASignedRequestDoesNotRunAgain(t *testing.T) {
 		_, err := call(context.Background(), alice, "Hold", "pay 10", tunnel.WithTimeout(20*time.Second))
 		done <- err
 	}()
-	<-w.vault.started
+	w.started(done)
 	ctx := context.Background()
 	stream := "rpr:v1:{" + trustService + "}:req"
 	entries, err := w.rdb.XRange(ctx, stream, "-", "+").Result()
@@ -404,5 +424,35 @@ func TestTrustOptionsAreChecked(t *testing.T) {
 	secret := tunnel.NewCallerSecret()
 	if back, err := tunnel.ParseCallerSecret(tunnel.EncodeCallerSecret(secret)); err != nil || string(back) != string(secret) {
 		t.Errorf("secret round trip: %v", err)
+	}
+}
+
+func TestTrustSignedStreams(t *testing.T) {
+	trust := &tunnel.Trust{Callers: map[string][]byte{"alice": aliceSecret}}
+	e := newStreamEnv(t, tunnel.ServerOptions{Trust: trust}, tunnel.ClientOptions{Credentials: &tunnel.Credentials{Caller: "alice", Secret: aliceSecret}})
+	s, err := e.count(context.Background(), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := recvAll(s)
+	if err != nil || len(got) != 20 {
+		t.Fatalf("a signed stream: %d messages, %v", len(got), err)
+	}
+	// An unsigned caller cannot open one.
+	anon, err := tunnel.NewClient(e.rdb, tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	s2, err := anon.NewStream(context.Background(), streamMethod("Count"))
+	if err == nil {
+		x := &tunnel.GenericClientStream[sv, sv]{ClientStream: s2}
+		if err = x.SendMsg(wrapperspb.String("3")); err == nil {
+			_ = x.CloseSend()
+			_, err = recvAll(x)
+		}
+	}
+	if tunnel.CodeOf(err) != tunnel.Unauthenticated {
+		t.Errorf("an unsigned stream to a server with Trust: err = %v, want UNAUTHENTICATED", err)
 	}
 }

@@ -31,6 +31,7 @@ const callDefaultTimeout = tunnel.DefaultCallTimeout
 func newCallCommand() *cobra.Command {
 	var rf redisFlags
 	var headers []string
+	var caller callerFlags
 	var timeout, delay time.Duration
 	var idempotencyKey string
 	var emitDefaults, verbose bool
@@ -84,6 +85,7 @@ do not apply to the method).`,
 				input = args[1]
 			}
 			return runCall(cmd, rf, args[0], input, callFlags{
+				caller:  caller,
 				headers: headers, timeout: timeout, emitDefaults: emitDefaults, verbose: verbose,
 				idempotencyKey: idempotencyKey, delay: delay,
 				asyncFlagsSet: cmd.Flags().Changed("idempotency-key") || cmd.Flags().Changed("delay"),
@@ -97,10 +99,12 @@ do not apply to the method).`,
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the request id, response headers and trailers to stderr")
 	cmd.Flags().StringVar(&idempotencyKey, "idempotency-key", "", "async methods only: key the request is deduplicated by (default: its request id)")
 	cmd.Flags().DurationVar(&delay, "delay", 0, "async methods only: run the request this long from now instead of at once")
+	caller.register(cmd.Flags())
 	return cmd
 }
 
 type callFlags struct {
+	caller       callerFlags
 	headers      []string
 	timeout      time.Duration
 	emitDefaults bool
@@ -114,6 +118,10 @@ type callFlags struct {
 func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags callFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	header, err := parseHeaders(flags.headers)
+	if err != nil {
+		return badInput(err)
+	}
+	creds, err := flags.caller.credentials()
 	if err != nil {
 		return badInput(err)
 	}
@@ -144,6 +152,7 @@ func runCall(cmd *cobra.Command, rf redisFlags, targetArg, input string, flags c
 		Prefix:         rf.prefix,
 		DefaultTimeout: callDefaultTimeout,
 		Logger:         slog.New(slog.DiscardHandler),
+		Credentials:    creds,
 	})
 	if err != nil {
 		return badInput(err)

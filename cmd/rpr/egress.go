@@ -30,7 +30,7 @@ const tunnelMessageBytes = upstream.MaxBodyLimit + 1<<20
 
 func newEgressCommand() *cobra.Command {
 	var rf redisFlags
-	var routesFile, lane, workerID, caFile string
+	var routesFile, lane, workerID, caFile, trustFile string
 	var concurrency int
 	var retention time.Duration
 	var routeFlags []string
@@ -85,7 +85,7 @@ traceable without it.`,
 			if len(routes) > 0 && routesFile != "" {
 				return badInput(errors.New("--route writes to Redis's table, --routes-file replaces it: give one or the other"))
 			}
-			return runEgress(cmd, rf, egressConfig{routesFile: routesFile, lane: lane, workerID: workerID, concurrency: concurrency, retention: retention, tls: tlsConfig, routes: routes})
+			return runEgress(cmd, rf, egressConfig{routesFile: routesFile, lane: lane, workerID: workerID, concurrency: concurrency, retention: retention, tls: tlsConfig, routes: routes, trustFile: trustFile})
 		},
 	}
 	rf.register(cmd)
@@ -97,15 +97,16 @@ traceable without it.`,
 	f.DurationVar(&retention, "retention", 0, "keep a record of each synchronous request answered for this long, for rpr trace (0: none)")
 	f.StringArrayVar(&routeFlags, "route", nil, "set route PATH=URL in Redis's table at start (repeatable), e.g. --route /inventory=http://10.1.0.5:8080")
 	f.StringVar(&caFile, "upstream-ca", "", "PEM file of the CAs that sign https:// and grpcs:// upstreams' certificates (default: the system's)")
+	f.StringVar(&trustFile, "trust", "", "take only requests signed by the callers this file lists, one \"CALLER SECRET [METHOD...]\" per line (rpr keys new CALLER prints one; ingress --caller signs)")
 	return cmd
 }
 
 type egressConfig struct {
-	routesFile, lane, workerID string
-	concurrency                int
-	retention                  time.Duration
-	tls                        *tls.Config
-	routes                     []kindRoute
+	routesFile, lane, workerID, trustFile string
+	concurrency                           int
+	retention                             time.Duration
+	tls                                   *tls.Config
+	routes                                []kindRoute
 }
 
 // kindRoute is a route of a --route flag and the table it goes in.
@@ -148,9 +149,15 @@ func runEgress(cmd *cobra.Command, rf redisFlags, cfg egressConfig) error {
 		return err
 	}
 	defer rdb.Close()
+	var trust *tunnel.Trust
+	if cfg.trustFile != "" {
+		if trust, err = readTrustFile(cfg.trustFile); err != nil {
+			return badInput(err)
+		}
+	}
 	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{
 		Prefix: rf.prefix, WorkerID: cfg.workerID, Lane: cfg.lane, Concurrency: cfg.concurrency,
-		MaxRequestBytes: tunnelMessageBytes, Logger: log, Retention: cfg.retention,
+		MaxRequestBytes: tunnelMessageBytes, Logger: log, Retention: cfg.retention, Trust: trust,
 	})
 	if err != nil {
 		return badInput(err)

@@ -82,11 +82,13 @@ flight (up to 10s).`,
 	f.StringVar(&cfg.keyFile, "tls-key", "", "the PEM key of --tls-cert")
 	f.StringVar(&cfg.routesFile, "routes-file", "", "a static route table instead of Redis's (see rpr egress --help)")
 	f.StringVar(&cfg.callerHeader, "caller-header", "", "the request header that names the caller for rate limits (e.g. X-Api-Key); default: the caller's IP address")
+	cfg.caller.register(f)
 	return cmd
 }
 
 type ingressConfig struct {
 	listen, grpcListen, certFile, keyFile, routesFile, callerHeader string
+	caller                                                          callerFlags
 }
 
 func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
@@ -101,7 +103,11 @@ func runIngress(cmd *cobra.Command, rf redisFlags, cfg ingressConfig) error {
 		return err
 	}
 	defer rdb.Close()
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Prefix: rf.prefix, MaxRequestBytes: tunnelMessageBytes, MaxResponseBytes: tunnelMessageBytes, Logger: log})
+	creds, err := cfg.caller.credentials()
+	if err != nil {
+		return badInput(err)
+	}
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Prefix: rf.prefix, MaxRequestBytes: tunnelMessageBytes, MaxResponseBytes: tunnelMessageBytes, Logger: log, Credentials: creds})
 	if err != nil {
 		return badInput(err)
 	}

@@ -69,6 +69,7 @@ arguments, a Redis rpr cannot reach or read).`,
 		newIngressCommand(),
 		newEgressCommand(),
 		newVersionCommand(),
+		newKeysCommand(),
 	)
 	root.SetVersionTemplate("rpr {{.Version}}\n")
 	root.InitDefaultCompletionCmd()
