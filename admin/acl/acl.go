@@ -124,7 +124,7 @@ func begin(role Role, services []string, opts Options) (store.Keyspace, string, 
 	case len(services) == 1:
 		name = "rpr-" + string(role) + "-" + services[0]
 	default:
-		return keys, "", nil, fmt.Errorf("%d services share one %s user: name it (Options.User, --user), e.g. --user rpr-%s-shop", len(services), role, role)
+		return keys, "", nil, fmt.Errorf("%d services share one %s user: give it a name with --user (Options.User in Go), e.g. --user rpr-%s-shop", len(services), role, role)
 	}
 	if err := checkPlain("user name", name, "rpr-caller-shop"); err != nil {
 		return keys, "", nil, err

@@ -104,7 +104,7 @@ type aclUserJSON struct {
 
 func printACLUser(out io.Writer, u acl.User, output string) error {
 	if output == "json" {
-		return writeJSON(out, aclUserJSON{User: u.Name, Role: string(u.Role), Prefix: u.Prefix, Services: u.Services, Rules: u.Rules, Command: u.Command()})
+		return writeJSONUnescaped(out, aclUserJSON{User: u.Name, Role: string(u.Role), Prefix: u.Prefix, Services: u.Services, Rules: u.Rules, Command: u.Command()})
 	}
 	_, err := fmt.Fprintln(out, u.Command())
 	return err
