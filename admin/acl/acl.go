@@ -41,6 +41,11 @@ type Options struct {
 	// other caller's. "" allows every response stream of the services
 	// (any client id).
 	ClientID string
+	// Upstreams adds what rpr ingress (a caller) and rpr egress (a
+	// server) do with the upstream tables of the services named (the
+	// tunnel's forwarding services): read each table and its version, in
+	// MULTI/EXEC, and report the version applied.
+	Upstreams bool
 }
 
 // User is one Redis ACL user: its name and the ACL SETUSER rules that
@@ -173,6 +178,17 @@ func shards(keys store.Keyspace, services []string) []store.Shard {
 		out = append(out, keys.Shard(s, 0), keys.OtherShards(s))
 	}
 	return out
+}
+
+// upstreamRules are the rules of Options.Upstreams for services.
+func upstreamRules(keys store.Keyspace, services []string) []string {
+	tables := perService(services, func(s string) []string {
+		return []string{keys.Upstreams(s), keys.UpstreamsVersion(s)}
+	})
+	applied := perService(services, func(s string) []string { return []string{keys.UpstreamsApplied(s)} })
+	return []string{"+multi", "+exec", "+discard",
+		selector("%R~", tables, "hgetall", "get"),
+		selector("~", applied, "hset", "pexpire", "hdel", "hgetall")}
 }
 
 // perShard returns the patterns f gives for every shard of every service.

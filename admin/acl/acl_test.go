@@ -136,3 +136,23 @@ func TestBadInputIsRefusedWithTheFix(t *testing.T) {
 		})
 	}
 }
+
+func TestUpstreamsAreReadOnly(t *testing.T) {
+	const svc = "rpr.tunnel.v1.HTTP"
+	for _, build := range []func([]string, acl.Options) (acl.User, error){acl.ForCaller, acl.ForServer} {
+		u, err := build([]string{svc}, acl.Options{Upstreams: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := "%R~rpr:v1:{" + svc + "}:upstreams"
+		if got := selectorsWith(u, table); len(got) != 1 || strings.Contains(got[0], "hset") {
+			t.Errorf("%s: upstream table selectors %v, want one, read only", u.Role, got)
+		}
+		if got := selectorsWith(u, "~rpr:v1:{"+svc+"}:upstreams:applied"); len(got) != 1 {
+			t.Errorf("%s: applied report selectors %v", u.Role, got)
+		}
+		if plain, _ := build([]string{svc}, acl.Options{}); strings.Contains(plain.Command(), ":upstreams") {
+			t.Errorf("%s without Upstreams names the tables", u.Role)
+		}
+	}
+}

@@ -46,6 +46,12 @@
 // streams; it cannot read or change routes or limits, nor touch another
 // service's keys.
 //
+// With Options.Upstreams (the tunnel's services: rpr ingress is their
+// caller, rpr egress their server), either role also reads the services'
+// upstream tables and their versions (HGETALL, GET, in MULTI/EXEC) and
+// reports the version it forwards by (upstreams:applied); it cannot
+// change the tables.
+//
 // An operator (the rpr CLI's ls, stats, dlq, routes, limits, shards,
 // forget...) may use every non-dangerous command on every key and channel
 // under the prefix, and INFO.

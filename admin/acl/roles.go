@@ -59,6 +59,9 @@ func ForCaller(services []string, opts Options) (User, error) {
 		selector("~", responses, "xgroup|create", "xreadgroup", "xrange", "xtrim", "pexpire", "del"),
 		"("+strings.Join(channels(changes), " ")+" +subscribe)",
 	)
+	if opts.Upstreams {
+		rules = append(rules, upstreamRules(keys, services)...)
+	}
 	return User{Name: name, Role: Caller, Prefix: keys.Prefix(), Services: slices.Clone(services), Rules: rules}, nil
 }
 
@@ -110,5 +113,8 @@ func ForServer(services []string, opts Options) (User, error) {
 		selector("~", slices.Concat(own, responses), "evalsha", "eval"),
 		selector("%W~", responses, "xadd", "type", "exists"),
 	)
+	if opts.Upstreams {
+		rules = append(rules, upstreamRules(keys, services)...)
+	}
 	return User{Name: name, Role: Server, Prefix: keys.Prefix(), Services: slices.Clone(services), Rules: rules}, nil
 }

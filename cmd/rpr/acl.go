@@ -7,10 +7,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rprtunnel/rpr/admin/acl"
+	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
 )
 
 func newACLCommand() *cobra.Command {
@@ -32,11 +34,15 @@ join the workers group, beat into the workers hash, or change routes,
 limits or the shard count. A server can serve its services' queues and
 write (not read) callers' response streams; it cannot change routes or
 limits. With --client-id, a caller's response streams are only those of
-clients whose ClientOptions.ID starts with that prefix. See
-docs/security.md for what ACLs cannot separate within a service.`,
+clients whose ClientOptions.ID starts with that prefix. For the tunnel's
+services (rpr.tunnel.v1.HTTP, rpr.tunnel.v1.GRPC) the users also read the
+upstream tables and report the version applied: "rpr acl caller" prints
+rpr ingress's user, "rpr acl server" rpr egress's. See docs/security.md
+for what ACLs cannot separate within a service.`,
 		Example: `  rpr acl server acme.orders.v1.Orders
   rpr acl caller acme.orders.v1.Orders --client-id shop-
   rpr acl caller acme.orders.v1.Orders acme.billing.v1.Billing --user rpr-shop
+  rpr acl server rpr.tunnel.v1.HTTP rpr.tunnel.v1.GRPC --user rpr-egress
   rpr acl operator --prefix staging:v1:
   rpr acl server acme.orders.v1.Orders -o json`,
 	}
@@ -62,6 +68,10 @@ func newACLRoleCommand(role acl.Role) *cobra.Command {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
+			// The tunnel's services come with their upstream tables.
+			opts.Upstreams = slices.ContainsFunc(args, func(s string) bool {
+				return s == upstream.HTTPService || s == upstream.GRPCService
+			})
 			var u acl.User
 			var err error
 			switch role {
