@@ -123,6 +123,15 @@ func TestACLRolesRunUnderPrintedRules(t *testing.T) {
 	if err := root.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Rate limits of both algorithms, so the caller runs the limit script.
+	for _, args := range [][]string{
+		{greeterService, "hello", "--method", "SayHello", "--limit", "1000", "--window", "1s"},
+		{ordersService, "orders", "--limit", "2", "--window", "1h", "--algorithm", "gcra"},
+	} {
+		if res := runCLI(t, "", append([]string{"limits", "set", "--redis", rs.URL()}, args...)...); res.code != 0 {
+			t.Fatalf("rpr limits set %v: %v", args, res)
+		}
+	}
 
 	logs := &logcapture.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -136,6 +145,21 @@ func TestACLRolesRunUnderPrintedRules(t *testing.T) {
 	}
 	greeterv1.RegisterGreeterServer(greeterSrv, greeterImpl)
 	serve(t, rs, greeterSrv, greeterService)
+	// A second lane, which the caller picks with WithLane.
+	laneSrv, err := tunnel.NewServer(serverRDB, tunnel.ServerOptions{WorkerID: "acl-greeter-v2", Lane: "v2", Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	greeterv1.RegisterGreeterServer(laneSrv, greeterImpl)
+	serve(t, rs, laneSrv, greeterService)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if h, err := serviceOf(root, greeterService).Health(ctx); err == nil && h.ServingLane("v2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lane v2 never became live")
+		}
+	}
 	ordersImpl := &aclOrders{shipped: make(chan string, 4)}
 	ordersSrv, err := tunnel.NewServer(serverRDB, tunnel.ServerOptions{WorkerID: "acl-orders", Logger: logger})
 	if err != nil {
@@ -161,18 +185,37 @@ func TestACLRolesRunUnderPrintedRules(t *testing.T) {
 			}
 		}
 	})
-	t.Run("async", func(t *testing.T) {
-		receipt, err := ordersClient.ShipOrder(ctx, &ordersv1.ShipOrderRequest{OrderId: "o-1", Sku: "SKU-1", Quantity: 1, Address: "x"})
-		if err != nil {
-			t.Fatalf("ShipOrder: %v", err)
+	t.Run("lane", func(t *testing.T) {
+		if _, err := greeterClient.SayHello(ctx, &greeterv1.SayHelloRequest{Name: "Lane"}, tunnel.WithLane("v2")); err != nil {
+			t.Fatalf("SayHello in lane v2: %v", err)
 		}
-		select {
-		case id := <-ordersImpl.shipped:
-			if id != "o-1" {
-				t.Fatalf("shipped %q, want o-1", id)
+	})
+	t.Run("async, delayed, rate limited", func(t *testing.T) {
+		order := func(id string, opts ...tunnel.CallOption) error {
+			_, err := ordersClient.ShipOrder(ctx, &ordersv1.ShipOrderRequest{OrderId: id, Sku: "SKU-1", Quantity: 1, Address: "x"}, opts...)
+			return err
+		}
+		if err := order("o-1"); err != nil {
+			t.Fatalf("ShipOrder(o-1): %v", err)
+		}
+		if err := order("o-2", tunnel.WithDelay(100*time.Millisecond)); err != nil {
+			t.Fatalf("ShipOrder(o-2) delayed: %v", err)
+		}
+		// The rule allows two an hour: the third is refused before Redis.
+		if err := order("o-3"); tunnel.CodeOf(err) != tunnel.ResourceExhausted || !tunnel.NotExecuted(err) {
+			t.Fatalf("ShipOrder(o-3) = %v, want RESOURCE_EXHAUSTED by the rate limit", err)
+		}
+		shipped := map[string]bool{}
+		for len(shipped) < 2 {
+			select {
+			case id := <-ordersImpl.shipped:
+				shipped[id] = true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("shipped only %v, want o-1 and o-2", shipped)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("order %v never shipped", receipt)
+		}
+		if !shipped["o-1"] || !shipped["o-2"] {
+			t.Fatalf("shipped %v, want o-1 and o-2", shipped)
 		}
 	})
 	t.Run("deadline passed in the queue is not executed", func(t *testing.T) {
