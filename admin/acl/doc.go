@@ -69,7 +69,8 @@
 // Redis grants keys by name pattern, and rpr's names carry no caller, so
 // within a service a caller may still: XDEL any request entry whose id it
 // guesses (ids are times; this withdraws a call, it reveals nothing),
-// HGET the state of a request whose id or idempotency key it knows,
+// read and write the state hash of a request whose id or idempotency key
+// it knows (mark it so that it never runs, or an async one finished),
 // publish any id as a cancel, and count against another caller's rate
 // limit. Callers' response streams are separated only when each caller's
 // ClientOptions.ID starts with a prefix of its own (Options.ClientID).
