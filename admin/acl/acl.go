@@ -51,12 +51,11 @@ type Options struct {
 // User is one Redis ACL user: its name and the ACL SETUSER rules that
 // make it, in order, starting with "reset".
 type User struct {
-	Name   string
-	Role   Role
-	Prefix string // the key prefix the rules cover
-
-	Services []string
-	Rules    []string
+	Name     string   // the Redis user's name
+	Role     Role     // what the user is for
+	Prefix   string   // the key prefix the rules cover
+	Services []string // the services the rules cover (none for an operator)
+	Rules    []string // the ACL SETUSER rules, selectors in parentheses
 }
 
 // Args returns the ACL SETUSER command as arguments for a Redis client's
