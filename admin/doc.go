@@ -43,6 +43,9 @@
 // except by RegisterMetrics, which reuses its service list for a short,
 // documented time, as scrapes come every few seconds.
 //
+// Package admin/acl builds, without Redis, the ACL users that confine a
+// server, a caller or an operator to what its role needs (rpr acl).
+//
 // Errors name what failed and start with "rpr:"; bad input (a lane, a
 // rule, a dead-letter id) gets an error that shows what a good one looks
 // like.

@@ -158,11 +158,24 @@ func askSentinels(o *redis.FailoverOptions) string {
 }
 
 // clusterEnabled reports whether the server behind rdb is a Cluster node.
-// A server that refuses INFO (an ACL without +info) counts as standalone.
+// It asks CLUSTER INFO first, which a standalone server refuses with
+// "cluster support disabled" and which an ACL user may run without INFO
+// (@dangerous; the users `rpr acl` prints have +cluster|info and no
+// INFO); when CLUSTER INFO is refused otherwise (an ACL without it), it
+// asks INFO cluster. A server that refuses both counts as standalone.
 func clusterEnabled(ctx context.Context, rdb *redis.Client) (bool, error) {
+	_, err := rdb.ClusterInfo(ctx).Result()
+	var reply redis.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &reply) && strings.Contains(err.Error(), "cluster support disabled"):
+		return false, nil
+	case !errors.As(err, &reply):
+		return false, err
+	}
 	info, err := rdb.Info(ctx, "cluster").Result()
 	if err != nil {
-		var reply redis.Error
 		if errors.As(err, &reply) {
 			return false, nil
 		}

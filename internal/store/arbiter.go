@@ -41,16 +41,22 @@ if state then
 end
 if entry == '' then return {0, 'UNKNOWN'} end
 -- No consumer group (Redis lost it, or no server ever started on this
--- lane) means no worker can have read the entry.
+-- lane: NOGROUP) means no worker can have read the entry. Any other error
+-- (an ACL that refuses XPENDING) is raised: counting it as "not
+-- delivered" would withdraw a request a worker may be running.
 local pending = redis.pcall('XPENDING', stream, ARGV[6], entry, entry, 1)
-if type(pending) == 'table' and not pending.err and #pending > 0 then
+if type(pending) == 'table' and pending.err then
+  if string.sub(pending.err, 1, 7) ~= 'NOGROUP' then return error(pending) end
+elseif #pending > 0 then
   redis.call('HSET', st, 'state', mark)
   stamp()
   if mark == 'CANCELLED' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
   return {0, 'DELIVERED'}
 end
-if #redis.call('XRANGE', stream, entry, entry) > 0 then
-  redis.call('XDEL', stream, entry)
+-- Not delivered: withdraw it. XDEL says whether the entry was there, so
+-- the caller never reads the request stream (its ACL role needs no read
+-- of other callers' requests, only XPENDING's ids and counts).
+if redis.call('XDEL', stream, entry) == 1 then
   redis.call('HSET', st, 'state', mark)
   stamp()
   return {1, mark}

@@ -98,6 +98,16 @@ func (k Keyspace) Shards(service string, from, to int) []Shard {
 	return out
 }
 
+// OtherShards returns the shard whose key names are glob patterns that
+// match the keys of every shard k > 0 of service (the hash tag {S#*}),
+// for rules that must cover every shard a service may have (Redis ACL
+// key patterns); Shard(service, 0) names shard 0's keys. The prefix and
+// service name are used as they are, so they must hold no glob
+// wildcards for the patterns to match exactly.
+func (k Keyspace) OtherShards(service string) Shard {
+	return Shard{Tag: k.prefix + "{" + service + "#*}"}
+}
+
 // Shard names the keys of one shard of a service; they share one hash
 // tag, so one script may touch any of them together.
 type Shard struct {

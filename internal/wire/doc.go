@@ -84,7 +84,12 @@
 // TIMEOUT or CANCELLED (provably never run), a delivered one is marked
 // (a worker that has not begun it skips it) and a cancel is published on
 // {S}:cancel, a finished one is left alone. The caller reports the call
-// "not executed" only when the mark won.
+// "not executed" only when the mark won. It tells them apart without
+// reading the request stream: XPENDING of the entry id (delivered: in the
+// workers group's pending list; NOGROUP counts as not delivered, any
+// other error fails the script) and, when not pending, XDEL of the entry,
+// whose count says whether it was still queued. So a caller's ACL user
+// needs no read of the request stream (`rpr acl caller`).
 //
 // # The state hash (T:st:<id>)
 //
