@@ -47,7 +47,7 @@ func TestArbiterOutcomes(t *testing.T) {
 		{"delivered", delivered, ArbiterDelivered, false},
 		{"gone", gone, ArbiterFinished, false},
 	} {
-		a := NewArbiter(shard, stream, "cancels", tc.rid, tc.entry, wire.StateTimeout, time.Second)
+		a := NewArbiter(shard, stream, "cancels", tc.rid, tc.rid, tc.entry, wire.StateTimeout, time.Second)
 		Run(ctx, rdb, &a.Call)
 		won, found, err := a.Result()
 		if err != nil || won != tc.won || found != tc.found {
@@ -87,7 +87,7 @@ func TestArbiterRefusedXPendingIsAnError(t *testing.T) {
 	limited := redis.NewClient(&redis.Options{Addr: rs.Addr(), Username: "noxpending", Password: "pw"})
 	t.Cleanup(func() { _ = limited.Close() })
 
-	a := NewArbiter(shard, stream, "cancels", "r1", id, wire.StateTimeout, time.Second)
+	a := NewArbiter(shard, stream, "cancels", "r1", "r1", id, wire.StateTimeout, time.Second)
 	Run(ctx, limited, &a.Call)
 	if won, found, err := a.Result(); err == nil {
 		t.Fatalf("Result = %v, %q, nil; want the refused XPENDING as an error", won, found)
