@@ -30,6 +30,7 @@
 //	{S}:limits         hash     rule name -> JSON LimitRule
 //	{S}:rl:<rule>:<caller>      rate-limit state (zset or string)
 //	{S}:cancel         channel  payload: the id of a call its caller cancelled
+//	                            ("id caller signature" when signed)
 //	{S}:schema         string   the service's FileDescriptorSet (protobuf)
 //	{S}:shards         string   the shard count in force
 //
@@ -182,6 +183,32 @@
 // names); 0 is OK, and only then is Payload the reply. Details are
 // marshalled google.protobuf.Any messages.
 //
+// # Authenticated callers
+//
+// A caller with a secret (at least 32 random bytes) shared with the
+// servers writes SignedVersion envelopes: Request.Caller names it and
+// Request.Sig is HMAC-SHA256 under the signing key, HMAC-SHA256(secret,
+// "rpr/v3 sign"), of this canonical encoding (signedRequest): each string
+// and byte string as a uvarint length and its bytes (a byte string after
+// a 0 for nil or a 1), each integer as a zig-zag varint, in this order —
+// "rpr/v3 request", v, id, m, dl, r, t, k, ik (empty when it is the id),
+// to, the retry policy (0, or 1 then n, i, x, the IEEE-754 bits of m, the
+// count of c and each code), sk, sw, sb, sd, sn, sc (0 or 1), ca, then 1
+// and sx for a sealed request, or 0, h and p: metadata as the count of
+// names, then each name in byte order with the count of its values (-1
+// for nil) and the values. Attempt and Replays are left out, as servers
+// change them. A server's Response to such a request is SignedVersion,
+// its Sig over "rpr/v3 response", v, id, c, then 1 and sx, or 0, msg, the
+// count of x and each, h, tr, p, rf. A cancel of a signed request is
+// published as "id caller hex(HMAC(signing key, "rpr/v3 cancel", service,
+// id))". Sealing uses AES-256-GCM under HMAC-SHA256(secret, "rpr/v3
+// seal"): Request.Sealed is nonce (12 bytes) || ciphertext of the msgpack
+// map {h, p}, with "rpr/v3 sealed request\x00" + id as additional data;
+// Response.Sealed seals the map of msg, x, h, tr, p, rf ("rpr/v3 sealed
+// response\x00" + id). A sealed envelope carries none of those in the
+// clear. A signed async request's state hash is named by
+// Request.StateName: "caller/key" for a key the caller chose.
+//
 // # Versions
 //
 // Unary and async calls are wire Version 1, unchanged since the first
@@ -189,7 +216,10 @@
 // StreamVersion 2: their opens and frames, and the response that refuses
 // a stream (Response.Refused); a Version 1 server refuses a stream open
 // with a VersionError answer, which the caller reports as
-// FAILED_PRECONDITION. A change to what an envelope, a key or a script
+// FAILED_PRECONDITION. Envelopes of authenticated callers are
+// SignedVersion 3, for every kind; a server of an earlier release refuses
+// them the same way, and a server of this one without ServerOptions.Trust
+// refuses them with FAILED_PRECONDITION. A change to what an envelope, a key or a script
 // means gets a new version; peers refuse envelopes of versions they do
 // not speak, with an error that names both, rather than guess.
 package wire
