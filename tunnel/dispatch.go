@@ -273,7 +273,7 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 			r.releaseSlots(1)
 		case req.method == nil && r.handOff(ctx, q, req, hops):
 			r.releaseSlots(1)
-		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline && req.replaySafe():
+		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline && r.server.trust.replaySafe(req):
 			req.fast = true // no state hash: req.state stays ""
 			if mine != nil {
 				r.run(mine.queue, mine.req, mine.decision)

@@ -338,7 +338,26 @@ func TestTrustIdempotencyKeysArePerCaller(t *testing.T) {
 }
 
 func TestTrustACopyOfASignedRequestDoesNotRunAgain(t *testing.T) {
-	w := newTrustWorld(t, vaultTrust())
+	if n := runCopyOfSignedRequest(t, vaultTrust()); n != 1 {
+		t.Errorf("Hold ran %d times: a copy of a signed request ran again", n)
+	}
+}
+
+// TestTrustAllowCopies: Trust.AllowCopies trades the replay check for the
+// fast path, and a copy does run again.
+func TestTrustAllowCopies(t *testing.T) {
+	trust := vaultTrust()
+	trust.AllowCopies = true
+	if n := runCopyOfSignedRequest(t, trust); n != 2 {
+		t.Errorf("Hold ran %d times with AllowCopies, want 2 (the original and its copy)", n)
+	}
+}
+
+// runCopyOfSignedRequest makes a signed Hold call, writes a copy of its
+// request entry once it has been answered, and returns how often Hold ran
+// once the copy is retired.
+func runCopyOfSignedRequest(t *testing.T, trust *tunnel.Trust) int {
+	w := newTrustWorld(t, trust)
 	alice := w.client("alice-1", &tunnel.Credentials{Caller: "alice", Secret: aliceSecret})
 	done := make(chan error, 1)
 	go func() {
@@ -364,9 +383,7 @@ func TestTrustACopyOfASignedRequestDoesNotRunAgain(t *testing.T) {
 		n, _ := w.rdb.XLen(ctx, stream).Result()
 		return n == 0
 	})
-	if n := w.vault.count("Hold"); n != 1 {
-		t.Errorf("Hold ran %d times: a copy of a signed request ran again", n)
-	}
+	return w.vault.count("Hold")
 }
 
 func TestSignedCallToAServerWithoutTrust(t *testing.T) {
