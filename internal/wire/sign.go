@@ -9,8 +9,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
 	"slices"
+	"sync"
 )
 
 // MinCallerSecret is the shortest secret NewCallerKey takes: 32 bytes, the
@@ -53,8 +55,10 @@ func ValidCallerName(name string) bool {
 // servers change as a request moves (Attempt, Replays) and the signature
 // itself, so a retried or replayed request keeps its caller's signature.
 type CallerKey struct {
-	sign []byte
 	seal cipher.AEAD
+	// macs holds keyed HMAC states, reset between uses: making one costs
+	// as much as signing a small envelope with it.
+	macs sync.Pool
 }
 
 // NewCallerKey derives a caller's keys from its secret, which must be at
@@ -76,14 +80,20 @@ func NewCallerKey(secret []byte) (*CallerKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rpr: caller key: %w", err)
 	}
-	return &CallerKey{sign: derive("rpr/v3 sign"), seal: aead}, nil
+	signKey := derive("rpr/v3 sign")
+	k := &CallerKey{seal: aead}
+	k.macs.New = func() any { return hmac.New(sha256.New, signKey) }
+	return k, nil
 }
 
 // mac returns the signature of msg.
 func (k *CallerKey) mac(msg []byte) []byte {
-	m := hmac.New(sha256.New, k.sign)
+	m := k.macs.Get().(hash.Hash)
 	m.Write(msg)
-	return m.Sum(nil)
+	sum := m.Sum(nil)
+	m.Reset()
+	k.macs.Put(m)
+	return sum
 }
 
 // SignRequest stamps env as caller's: it sets Version to SignedVersion,
