@@ -62,7 +62,7 @@ type callerFlags struct {
 func (f *callerFlags) register(flags *pflag.FlagSet) {
 	flags.StringVar(&f.caller, "caller", "", "sign requests as this caller (servers with a trust file verify it); needs --caller-secret-file")
 	flags.StringVar(&f.secretFile, "caller-secret-file", "", "file holding --caller's secret (rpr keys new prints one)")
-	flags.BoolVar(&f.seal, "seal", false, "with --caller: encrypt payloads and metadata in Redis (not for streaming methods)")
+	flags.BoolVar(&f.seal, "seal", false, "with --caller: encrypt payloads and metadata in Redis; streaming calls (and in rpr ingress stream-mode routes, server-sent events and gRPC passthrough) cannot be sealed and are refused")
 }
 
 // credentials returns the Credentials the flags name, nil without
