@@ -40,7 +40,24 @@ func requestSeeds(tb testing.TB) [][]byte {
 	for _, s := range []string{c.UnaryRequest, c.FailedRequest, c.AsyncRequest, c.AsyncKeyRequest} {
 		seeds = append(seeds, unhex(tb, s))
 	}
+	seeds = append(seeds, signedSeeds(tb)...)
 	return append(seeds, hugeLengthInputs(tb, mustEncode(tb, EncodeRequest, validRequest()))...)
+}
+
+// signedSeeds are a signed and a signed-and-sealed request
+// (SignedVersion).
+func signedSeeds(tb testing.TB) [][]byte {
+	key, err := NewCallerKey(make([]byte, MinCallerSecret))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	signed, sealed := validRequest(), validRequest()
+	key.SignRequest(signed, "alice")
+	if err := key.SealRequest(sealed); err != nil {
+		tb.Fatal(err)
+	}
+	key.SignRequest(sealed, "alice")
+	return [][]byte{mustEncode(tb, EncodeRequest, signed), mustEncode(tb, EncodeRequest, sealed)}
 }
 
 // responseSeeds is requestSeeds for responses.
@@ -54,6 +71,17 @@ func responseSeeds(tb testing.TB) [][]byte {
 	c := loadV1Captured(tb)
 	seeds = append(seeds, unhex(tb, c.UnaryResponse), unhex(tb, c.FailedResponse))
 	ok := &Response{Version: Version, ID: "id", Payload: []byte("payload"), Header: Metadata{"k": {"v"}}}
+	key, err := NewCallerKey(make([]byte, MinCallerSecret))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	signed, sealed := *ok, *ok
+	key.SignResponse(&signed)
+	if err := key.SealResponse(&sealed); err != nil {
+		tb.Fatal(err)
+	}
+	key.SignResponse(&sealed)
+	seeds = append(seeds, mustEncode(tb, EncodeResponse, &signed), mustEncode(tb, EncodeResponse, &sealed))
 	return append(seeds, hugeLengthInputs(tb, mustEncode(tb, EncodeResponse, ok))...)
 }
 
