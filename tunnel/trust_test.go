@@ -51,6 +51,9 @@ func (v *vault) run(name string, ctx context.Context, in *wrapperspb.StringValue
 	v.callers[name] = caller
 	v.headers[name] = tunnel.HeaderFromContext(ctx).Get(tunnel.CallerHeader)
 	v.mu.Unlock()
+	if name == "Order" && in.GetValue() == "flaky" && tunnel.AttemptFromContext(ctx) == 1 {
+		return nil, tunnel.Errorf(tunnel.Unavailable, "try again")
+	}
 	if name == "Hold" {
 		v.started <- tunnel.RequestIDFromContext(ctx)
 		select {
@@ -69,7 +72,11 @@ func (v *vault) count(name string) int {
 }
 
 func vaultMethod(name string, async bool) tunnel.MethodDesc {
-	return tunnel.MethodDesc{Service: &trustInfo, Name: name, Async: async,
+	var retry *tunnel.RetryPolicy
+	if async {
+		retry = fastRetry
+	}
+	return tunnel.MethodDesc{Service: &trustInfo, Name: name, Async: async, Retry: retry,
 		Handler: func(impl any, ctx context.Context, decode func(proto.Message) error, _ tunnel.UnaryServerInterceptor) (proto.Message, error) {
 			in := new(wrapperspb.StringValue)
 			if err := decode(in); err != nil {
@@ -471,5 +478,27 @@ func TestTrustSignedStreams(t *testing.T) {
 	}
 	if tunnel.CodeOf(err) != tunnel.Unauthenticated {
 		t.Errorf("an unsigned stream to a server with Trust: err = %v, want UNAUTHENTICATED", err)
+	}
+}
+
+// TestTrustSealedAsyncRequestRetries: a retry writes the sealed, signed
+// request again as it came, and the next attempt verifies and opens it.
+func TestTrustSealedAsyncRequestRetries(t *testing.T) {
+	w := newTrustWorld(t, vaultTrust())
+	alice := w.client("alice-1", &tunnel.Credentials{Caller: "alice", Secret: aliceSecret, Seal: true})
+	if _, err := alice.Enqueue(context.Background(), vaultMethodDesc("Order"), wrapperspb.String("flaky")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second attempt to run", func() bool { return w.vault.count("Order") == 2 })
+	waitFor(t, "the queue to drain", func() bool {
+		n, _ := w.rdb.XLen(context.Background(), "rpr:v1:{"+trustService+"}:req").Result()
+		r, _ := w.rdb.ZCard(context.Background(), "rpr:v1:{"+trustService+"}:retry").Result()
+		return n == 0 && r == 0
+	})
+	if n, caller := w.vault.count("Order"), w.vault.callers["Order"]; n != 2 || caller != "alice" {
+		t.Errorf("Order ran %d times, last for %q; want 2, for alice", n, caller)
+	}
+	if dl, _ := w.rdb.XLen(context.Background(), "rpr:v1:{"+trustService+"}:dlq").Result(); dl != 0 {
+		t.Errorf("%d dead letters", dl)
 	}
 }
