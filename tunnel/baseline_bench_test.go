@@ -76,7 +76,12 @@ func (EchoRPC) Echo(in string, out *string) error {
 // cmds/call (a script call counts once) and roundtrips/call (a pipeline
 // counts once).
 func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sample, sent *commandCounter) {
-	for _, concurrency := range []int{1, 16, 128} {
+	runConcurrentAt(b, []int{1, 16, 128}, call, redis, sent)
+}
+
+// runConcurrentAt is runConcurrent at the given concurrencies.
+func runConcurrentAt(b *testing.B, levels []int, call func() error, redis func() redisinfo.Sample, sent *commandCounter) {
+	for _, concurrency := range levels {
 		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
 			latencies := make([]time.Duration, b.N)
 			next := make(chan int, b.N)

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,7 +34,11 @@ type serveRun struct {
 	server      *Server
 	queues      *queueSet
 	slots       chan struct{} // one token per entry being handled
-	handlers    sync.WaitGroup
+	// quietReaders counts the queues whose last read returned nothing;
+	// their readers hold one slot, so readShare divides the slots among
+	// the others.
+	quietReaders atomic.Int64
+	handlers     sync.WaitGroup
 	pool        *handlerPool // the goroutines handlers run on
 	completions *batcher     // dead letters and answers to undecodable requests
 	completer   *completer
@@ -92,12 +97,16 @@ type received struct {
 // which at low concurrency was a sixth of a call's latency; the wake-up
 // moves to the next read, off the request's path.
 func (r *serveRun) readRequests(ctx context.Context, q *queue) {
+	// A reader starts quiet: its first read, which may block for a
+	// reclaim interval on a queue nobody calls, takes one slot.
+	r.quietReaders.Add(1)
 	r.read(&reader{
 		ctx:         ctx,
 		queue:       q,
 		backoff:     newBackoff(50*time.Millisecond, 2*time.Second),
 		nextReclaim: time.Now().Add(r.server.reclaimInterval()),
 		reclaimFrom: "0-0",
+		quiet:       true,
 	})
 }
 
@@ -111,6 +120,12 @@ type reader struct {
 	backoff     *backoff
 	nextReclaim time.Time
 	reclaimFrom string // where the next reclaim scan starts
+	// quiet says the last read returned nothing: the next takes one slot
+	// instead of the queue's share (readShare), so that a reader blocked
+	// on a quiet queue holds one slot, not the slots the busy queues of
+	// the server need. With two idle services beside a busy one, holding
+	// the share cost the busy one a quarter of its calls/s.
+	quiet bool
 }
 
 // read runs rd's loop until rd.ctx ends, or until a read yields a request
@@ -127,7 +142,11 @@ func (r *serveRun) read(rd *reader) {
 		case <-ctx.Done():
 			return
 		}
-		slots := 1 + r.takeSlots(r.readShare()-1)
+		want := r.readShare()
+		if rd.quiet {
+			want = 1
+		}
+		slots := 1 + r.takeSlots(want-1)
 		if time.Now().After(rd.nextReclaim) {
 			var used int
 			rd.reclaimFrom, used = r.reclaimOnce(readCtx, q, rd.reclaimFrom, slots)
@@ -148,6 +167,10 @@ func (r *serveRun) read(rd *reader) {
 			msgs = append(msgs, st.Messages...)
 		}
 		r.releaseSlots(slots - len(msgs))
+		if quiet := len(msgs) == 0; quiet != rd.quiet {
+			rd.quiet = quiet
+			r.quietReaders.Add(map[bool]int64{true: 1, false: -1}[quiet])
+		}
 		if len(msgs) > 0 {
 			r.observeRead(len(msgs), len(msgs) == slots)
 		}
@@ -228,12 +251,16 @@ func (r *serveRun) takeSlots(n int) int {
 }
 
 // readShare is how many handler slots one queue's read may hold: the
-// batch size, but no more than the queue's share of the slots, so that a
-// reader blocked on a quiet queue never holds the slots another queue's
-// requests wait for (a server of two services, or of several shards).
+// batch size, but no more than the queue's share of the slots left by the
+// quiet queues' readers (which hold one each), so that one busy queue
+// never holds the slots another busy queue's requests wait for (a server
+// of two services, or of several shards), and quiet ones cost the busy
+// ones nothing.
 func (r *serveRun) readShare() int {
-	n := max(r.queues.count(), 1)
-	return max(1, min(r.server.opts.BatchSize, cap(r.slots)/n))
+	queues := int64(max(r.queues.count(), 1))
+	quiet := min(r.quietReaders.Load(), queues-1)
+	n := queues - quiet
+	return max(1, min(r.server.opts.BatchSize, (cap(r.slots)-int(quiet))/int(n)))
 }
 
 func (r *serveRun) releaseSlots(n int) {
