@@ -31,20 +31,20 @@ func stateTTL(deadline time.Time) time.Duration {
 
 // serveRun is the state of one Serve call.
 type serveRun struct {
-	server      *Server
-	queues      *queueSet
-	slots       chan struct{} // one token per entry being handled
+	server *Server
+	queues *queueSet
+	slots  chan struct{} // one token per entry being handled
 	// quietReaders counts the queues whose last read returned nothing;
 	// their readers hold one slot, so readShare divides the slots among
 	// the others.
 	quietReaders atomic.Int64
 	handlers     sync.WaitGroup
-	pool        *handlerPool // the goroutines handlers run on
-	completions *batcher     // dead letters and answers to undecodable requests
-	completer   *completer
-	frames      *batcher // streams' frames, one flush at a time
-	running     runningSet
-	streams     openStreams
+	pool         *handlerPool // the goroutines handlers run on
+	completions  *batcher     // dead letters and answers to undecodable requests
+	completer    *completer
+	frames       *batcher // streams' frames, one flush at a time
+	running      runningSet
+	streams      openStreams
 	// streamHandlers counts the stream handlers running; Serve waits for
 	// them.
 	streamHandlers sync.WaitGroup
