@@ -123,6 +123,7 @@ func (r *serveRun) moveDue(ctx context.Context, q *queue) {
 		wait := s.opts.RetryPollInterval
 		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		call := store.NewMoveDue(q.retries, q.requests, moveBatch)
+		call.Use(s.dialect)
 		store.Run(runCtx, s.rdb, &call.Call)
 		moved, next, err := call.Result()
 		cancel()
@@ -168,6 +169,7 @@ func (r *serveRun) tidy(ctx context.Context, q *queue) {
 		}
 		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		call := store.NewJanitor(q.requests, staleConsumerIdle)
+		call.Use(s.dialect)
 		store.Run(runCtx, s.rdb, &call.Call)
 		trimmed, forgotten, err := call.Result()
 		cancel()

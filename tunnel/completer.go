@@ -36,13 +36,15 @@ type completer struct {
 	*coalescer[*completion]
 	rdb      redis.UniversalClient
 	workerID string
+	// dialect is the form of scripts the server's Redis runs.
+	dialect store.Dialect
 	// retention is how long fast-path answers keep their finished records
 	// (ServerOptions.Retention); 0 for not at all.
 	retention time.Duration
 }
 
-func newCompleter(client redis.UniversalClient, workerID string, retention time.Duration, queueSize int, observe func(size int, full bool)) *completer {
-	c := &completer{rdb: client, workerID: workerID, retention: retention}
+func newCompleter(client redis.UniversalClient, dialect store.Dialect, workerID string, retention time.Duration, queueSize int, observe func(size int, full bool)) *completer {
+	c := &completer{rdb: client, dialect: dialect, workerID: workerID, retention: retention}
 	// One flush in flight, as for the client's sends (see NewClient).
 	c.coalescer = newCoalescer(1, 256, queueSize, c.flush, observe)
 	return c
@@ -110,6 +112,7 @@ func (c *completer) flush(batch []*completion) {
 	calls := make([]*store.Call, len(groups))
 	for i, g := range groups {
 		calls[i] = g.call()
+		calls[i].Use(c.dialect)
 	}
 	store.Run(ctx, c.rdb, calls...)
 	for _, g := range groups {

@@ -356,6 +356,7 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]st
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	call.Use(s.dialect)
 	store.Run(ctx, s.rdb, &call.Call)
 	return call.Result()
 }

@@ -56,6 +56,7 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 			schema = b.svc.schemaID
 		}
 		calls[i] = store.NewHeartbeat(b.key, s.opts.WorkerID, b.info, wire.PruneAge, wire.Retention, b.schemas, schema)
+		calls[i].Use(s.dialect)
 		calls[i].Queue(ctx, pipe)
 	}
 	counts := make([]*redis.StringCmd, len(services))

@@ -94,6 +94,7 @@ func (r *serveRun) logFailure(what, entryID string, err error) {
 // runScript sends call through the completion batcher and returns its
 // error once it has run.
 func (r *serveRun) runScript(call *store.Call) error {
+	call.Use(r.server.dialect)
 	result := make(chan error, 1)
 	if err := r.completions.submit(context.Background(), scriptOp(call, func(err error) { result <- err })); err != nil {
 		return err

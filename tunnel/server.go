@@ -188,9 +188,12 @@ type Server struct {
 	// StreamInterceptors.
 	streamInterceptor StreamServerInterceptor
 	clock             redisClock
-	created           time.Time
-	stats             serverStats
-	tracing           tracing
+	// dialect is the form of rpr's scripts s's Redis runs, found when
+	// Serve loads them (before anything else reads it).
+	dialect store.Dialect
+	created time.Time
+	stats   serverStats
+	tracing tracing
 
 	mu       sync.Mutex
 	services map[string]*serverService
@@ -399,7 +402,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		queues:      &queueSet{},
 		slots:       make(chan struct{}, s.opts.Concurrency),
 		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency, nil),
-		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Retention, s.opts.Concurrency, metrics.batchObserver("complete")),
+		completer:   newCompleter(s.rdb, s.dialect, s.opts.WorkerID, s.opts.Retention, s.opts.Concurrency, metrics.batchObserver("complete")),
 		// One flush in flight: a stream's frames leave in order.
 		frames:      newBatcher(s.rdb, 1, 512, 4096, metrics.batchObserver("frames")),
 		observeRead: metrics.batchObserver("read"),
@@ -450,8 +453,13 @@ func (s *Server) Serve(ctx context.Context) error {
 // groups, loads the scripts and announces the worker, so clients see it
 // before Serve reads anything. It returns the queues to read.
 func (s *Server) prepare(ctx context.Context, services []*serverService) ([]*queue, error) {
-	if err := store.LoadScripts(ctx, s.rdb); err != nil {
+	dialect, err := store.LoadScripts(ctx, s.rdb)
+	if err != nil {
 		return nil, fmt.Errorf("rpr: %w", err)
+	}
+	s.dialect = dialect
+	if dialect != store.DialectFlags {
+		s.log.Warn("rpr: this Redis runs scripts without flags (Redis 6.2): at its maxmemory it refuses heartbeats, claims and completions like any write; use Redis 7 to keep serving there", "dialect", dialect)
 	}
 	var queues []*queue
 	for _, svc := range services {

@@ -23,7 +23,7 @@ import (
 // own: a key of one entry's that holds a foreign value (WRONGTYPE) makes
 // its decision 'foreign', naming the key, and a deadline too far ahead
 // keeps its state MaxStateTTL; neither fails the others.
-var beginScript = newScript("begin", `
+var beginScript = newOOMScript("begin", `
 local now = now_ms()
 local stream, workers, group, worker = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local lease, margin, silence = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])

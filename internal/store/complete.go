@@ -37,7 +37,7 @@ import (
 // and -3 when the state key holds something other than a hash (nothing is
 // written). Entries with -2 or -3 are left pending, for the caller to
 // dead-letter; the other requests of the call complete all the same.
-var completeScript = newScript("complete", `
+var completeScript = newOOMScript("complete", `
 local now -- Redis time (ms), read once and only when a state needs it
 local function clock()
   if not now then now = now_ms() end

@@ -7,7 +7,7 @@ import "github.com/rprtunnel/rpr/internal/wire"
 //
 //	KEYS[1] caller's response stream
 //	ARGV[1] response envelope
-var replyScript = newScript("reply", `
+var replyScript = newOOMScript("reply", `
 if redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', 'e', ARGV[1]) then return 1 end
 return 0
 `)
@@ -30,7 +30,7 @@ func NewReply(replyTo string, resp []byte) *Reply {
 //	ARGV[3] raw entry payload   ARGV[4] reason
 //	ARGV[5] status code name    ARGV[6] worker id
 //	ARGV[7] the lane the entry was queued in
-var deadLetterScript = newScript("dead_letter", `
+var deadLetterScript = newOOMScript("dead_letter", `
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[3], 'entry', ARGV[2], 'failed_ms', now_ms(),
   'reason', ARGV[4], 'code', ARGV[5], 'worker', ARGV[6], 'lane', ARGV[7])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
