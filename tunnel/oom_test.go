@@ -177,3 +177,59 @@ func lastBeatMs(tb testing.TB, rdb *redis.Client, service string) int64 {
 	}
 	return last
 }
+
+// TestServerStartsAtMaxmemory: a server (re)started while a backlog holds
+// Redis at its maxmemory starts (its consumer group exists already; Redis
+// refuses XGROUP CREATE before it sees that), beats and drains the
+// backlog, every request run exactly once.
+func TestServerStartsAtMaxmemory(t *testing.T) {
+	w := newAsyncWorld(t, tunnel.ClientOptions{Breaker: tunnel.BreakerOptions{Disabled: true}})
+	ctx := context.Background()
+	if err := w.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop := w.serve(tunnel.ServerOptions{})
+	if _, err := w.enqueue("Do", "first"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first request to run", func() bool { return w.jobs.count("first") == 1 })
+	stop()
+
+	pad := strings.Repeat("x", oomPayload)
+	for i := range oomBacklog {
+		if _, err := w.enqueue("Do", strconv.Itoa(i)+pad); err != nil {
+			t.Fatalf("enqueue %d: %v", i, err)
+		}
+	}
+	limit := usedMemory(t, w.rdb) - oomBacklog*oomPayload/4
+	if err := w.rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.rdb.ConfigSet(context.Background(), "maxmemory", "0") })
+	if _, err := w.enqueue("Do", "refused"); !tunnel.NotExecuted(err) {
+		t.Fatalf("enqueue at maxmemory: %v; want it refused, NotExecuted", err)
+	}
+	since := redisTimeMs(t, w.rdb)
+	w.serve(tunnel.ServerOptions{Logger: w.logger()})
+	waitLong(t, 60*time.Second, "the backlog to drain at maxmemory", func() bool {
+		s, r := w.queued()
+		return w.jobs.distinct() == oomBacklog+1 && s == 0 && r == 0
+	}, func() string {
+		s, r := w.queued()
+		return fmt.Sprintf("%d of %d run, %d in the stream, %d to retry; server log:\n%s", w.jobs.distinct()-1, oomBacklog, s, r, tail(w.logs.String(), 5))
+	})
+	if beat := lastBeatMs(t, w.rdb, jobsService); beat <= since {
+		t.Errorf("no heartbeat since the server started at maxmemory (last %d ms before)", since-beat)
+	}
+	for i := range oomBacklog {
+		if n := w.jobs.count(strconv.Itoa(i) + pad); n != 1 {
+			t.Errorf("request %d ran %d times, want once", i, n)
+		}
+	}
+	if n := w.jobs.count("refused"); n != 0 {
+		t.Errorf("the request refused at maxmemory ran %d times", n)
+	}
+	if dl := w.deadLetters(); len(dl) != 0 {
+		t.Errorf("%d dead letters, want none", len(dl))
+	}
+}
