@@ -309,8 +309,8 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		// attributes is made for them alone, not for every request run.
 		log := r.server.requestLog(req.env)
 		switch d.Verdict {
-		case store.VerdictRun, store.VerdictRerun, store.VerdictOrphan:
-			if d.Verdict != store.VerdictRun {
+		case store.VerdictRun, store.VerdictRerun, store.VerdictOrphan, store.VerdictHeld:
+			if d.Verdict != store.VerdictRun && d.Verdict != store.VerdictHeld {
 				log.Warn("rpr: took over a request whose worker's lease expired", "decision", d.Verdict, "previous_worker", d.Detail)
 				r.server.stats.reclaimed.Add(1)
 			}
@@ -373,6 +373,10 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	s := r.server
 	if req.env.Kind == wire.KindStream && d.Verdict == store.VerdictRun && req.method != nil && req.method.IsStreaming() {
 		r.startStream(q, req)
+		return
+	}
+	if d.Verdict == store.VerdictHeld {
+		r.completeHeld(q, req)
 		return
 	}
 	log := s.requestLog(req.env)

@@ -65,7 +65,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 			return e
 		}().Call,
 		&func() *Complete {
-			c := NewComplete(req, worker, 1)
+			c := NewComplete(req, retry, worker, 10, 1)
 			// with a finished record and the id in the state, as a unary
 			// call of a server that keeps finished calls has, and an async
 			// request with a key of its own
@@ -88,7 +88,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		}().Call,
 		&NewArbiter(shard, req, keys.Cancels(service), "b", entry2, wire.StateTimeout, time.Second).Call,
 		&NewReply(resp, []byte("resp")).Call,
-		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}).Call,
+		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}, 10).Call,
 		&func() *Enqueue {
 			e := NewEnqueue(req, retry)
 			e.Add(100, 0, []byte("x"))
