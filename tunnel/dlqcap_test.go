@@ -93,7 +93,9 @@ func TestDeadLettersHeldAtTheCap(t *testing.T) {
 	}
 	waitLong(t, 30*time.Second, "the held request and the unreadable entry to be dead-lettered", func() bool {
 		return len(w.deadLetters()) == 2
-	}, func() string { return fmt.Sprintf("%d dead letters; log:\n%s", len(w.deadLetters()), tail(w.logs.String(), 5)) })
+	}, func() string {
+		return fmt.Sprintf("%d dead letters; log:\n%s", len(w.deadLetters()), tail(w.logs.String(), 5))
+	})
 	got, err := dlq.Get(ctx, held.RequestID)
 	if err != nil || got.Reason != fmt.Sprintf("attempts exhausted (%d of %d)", fastRetry.MaxAttempts, fastRetry.MaxAttempts) ||
 		got.Attempts != fastRetry.MaxAttempts || got.Code != tunnel.Unavailable {
