@@ -37,7 +37,8 @@ import (
 //	         for dead a JSON array of field/value pairs for the entry ('':
 //	         the pairs held in the state); the request id to record in the
 //	         state ('' for none), the finished record ('' for none) and its
-//	         TTL ms; for dead the envelope to hold and the hold's backoff ms
+//	         TTL ms; for dead the envelope to hold ('': written whatever
+//	         the cap) and the hold's backoff ms
 //
 // Returns one result per request: 1 when done, 0 when the reply stream no
 // longer exists (the caller is gone; nothing is created for it), 2 when
@@ -66,7 +67,7 @@ for k = 1, (#KEYS - 2) / 3 do
     out[k] = -3
   elseif cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
     out[k] = -1
-  elseif action == 'dead' and cap > 0 and redis.call('XLEN', target) >= cap then
+  elseif action == 'dead' and cap > 0 and ARGV[a + 11] ~= '' and redis.call('XLEN', target) >= cap then
     if extra == '' then extra = redis.call('HGET', st, 'held') or '[]' end
     redis.call('HSET', st, 'state', 'FAILED', 'done_ms', clock(), 'lease', 0, 'held', extra)
     if resp ~= '' then redis.call('HSET', st, 'resp', resp) end
