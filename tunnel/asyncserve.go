@@ -114,15 +114,11 @@ func (r *serveRun) holdFor(env *wire.Request, method *MethodDesc) ([]byte, time.
 // again.
 func (r *serveRun) completeHeld(q *queue, req *received) {
 	log := r.server.requestLog(req.env)
-	original := wireForm(req.env)
-	original.Attempt = max(original.Attempt-1, 1) // the attempt that failed last; it was held as the next
-	raw, err := wire.EncodeRequest(original)
-	if err != nil {
-		raw = []byte(req.raw)
-	}
+	// The letter's fields (attempts included) are the held ones; the
+	// envelope is the request as it came back.
+	hold, holdBackoff := r.holdFor(req.env, req.method)
 	comp := &completion{Completion: store.Completion{Action: store.ActionDead, Target: q.keys.DeadLetters(), Final: wire.StateDead,
-		TTL: r.server.opts.IdempotencyWindow, Envelope: raw, LetterHeld: true, Hold: []byte(req.raw),
-		HoldBackoff: min(asyncPolicy(req.env, req.method).MaxBackoff, maxHoldBackoff)}}
+		TTL: r.server.opts.IdempotencyWindow, Envelope: []byte(req.raw), LetterHeld: true, Hold: hold, HoldBackoff: holdBackoff}}
 	r.complete(q, req, comp, log)
 }
 

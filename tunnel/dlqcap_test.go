@@ -44,7 +44,7 @@ func TestDeadLettersHeldAtTheCap(t *testing.T) {
 	}
 	waitFor(t, "the dead-letter stream to reach its cap", func() bool { return len(w.deadLetters()) == maxLetters })
 
-	held, err := w.enqueue("Do", "held")
+	held, err := w.enqueue("Do", "held", tunnel.WithIdempotencyKey("order-held"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +59,12 @@ func TestDeadLettersHeldAtTheCap(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("held %d times, ran %d times; log:\n%s", srv.Stats().DeadLettersHeld, w.jobs.count("held"), tail(w.logs.String(), 5))
 	})
+	// Another request with its key, while it is held, is not run (the key
+	// failed an attempt) and does not release the held one.
+	if _, err := w.enqueue("Do", "duplicate", tunnel.WithIdempotencyKey("order-held")); err != nil {
+		t.Fatal(err)
+	}
+	waitLong(t, 10*time.Second, "the duplicate to be retired", func() bool { return strings.Contains(w.logs.String(), "already handled under its idempotency key") }, func() string { return tail(w.logs.String(), 8) })
 	state := "rpr:v1:{" + jobsService + "}:st:" + held.IdempotencyKey
 	if letter, err := w.rdb.HGet(ctx, state, wire.StateHeld).Result(); err != nil || letter == "" {
 		t.Errorf("state of the held request: %q, %v; want its letter in field %s", letter, err, wire.StateHeld)
@@ -103,6 +109,9 @@ func TestDeadLettersHeldAtTheCap(t *testing.T) {
 	}
 	if n := w.jobs.count("held"); n != fastRetry.MaxAttempts {
 		t.Errorf("the held request ran %d times, want %d (its attempts, none while held)", n, fastRetry.MaxAttempts)
+	}
+	if n := w.jobs.count("duplicate"); n != 0 {
+		t.Errorf("the duplicate of the held request ran %d times", n)
 	}
 	if s, r := w.queued(); s != 0 || r != 0 {
 		t.Errorf("after dead-lettering: %d in the stream, %d in the retry set; want none", s, r)

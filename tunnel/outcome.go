@@ -53,7 +53,7 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 		res := r.completer.complete(comp)
 		switch {
 		case res.err == nil && res.n == store.Written && comp.Action == store.ActionDead && comp.LetterHeld:
-			log.Error("rpr: held async request dead-lettered, now that its dead-letter stream has room", "attempt", req.env.Attempt-1)
+			log.Error("rpr: held async request dead-lettered, now that its dead-letter stream has room")
 		case res.err == nil && res.n == store.Written && comp.Action == store.ActionDead:
 			l := comp.Letter
 			log.Error("rpr: async request dead-lettered", "reason", l.Reason, "attempt", l.Attempts, "code", l.Code, "error", l.Error)

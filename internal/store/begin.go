@@ -21,7 +21,10 @@ import (
 //
 // An async entry whose state holds a dead letter waiting for room
 // (wire.StateHeld, see completeScript) is claimed with the decision
-// 'held': the worker dead-letters it, never runs it.
+// 'held' when it is the held request (its attempt is past the state's),
+// or that request reclaimed from a worker that is gone: the worker
+// dead-letters it, never runs it. Another request with its key (a lower
+// attempt) is 'finished', as for any key that failed an attempt.
 //
 // Returns one {decision, detail} per entry. Each entry is decided on its
 // own: a key of one entry's that holds a foreign value (WRONGTYPE) makes
@@ -60,8 +63,10 @@ for k = 1, (#KEYS - 2) / 2 do
   if state == 'DEAD' then state = nil end
   if foreign then
     out[k] = {'foreign', st}
-  elseif cur[7] and not replies and (state ~= 'PROCESSING' or (cur[3] == entry and gone(owner, cur[4]))) then
-    -- its dead letter waits for room: dead-letter it, never run it
+  elseif cur[7] and not replies and ((state == 'FAILED' and attempt > (tonumber(cur[5]) or 0))
+      or (state == 'PROCESSING' and cur[3] == entry and gone(owner, cur[4]))) then
+    -- the held request itself (held as its next attempt; another request
+    -- with its key is a duplicate, below): dead-letter it, never run it
     claim()
     out[k] = {'held', ''}
   elseif not state then
