@@ -55,3 +55,19 @@ func TestFlaggedFormsRunAtMaxmemory(t *testing.T) {
 		t.Errorf("enqueue at maxmemory with %v: %v; want refused with OOM", d, err)
 	}
 }
+
+// TestCompileErrorIsRecognised pins the answer LoadScripts and Recover take
+// for "this Redis cannot run the flagged form": Redis 6.2 fails to compile
+// a script whose first line is a shebang with the same "Error compiling
+// script" it gives any script that does not compile, which this Redis is
+// asked here.
+func TestCompileErrorIsRecognised(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	err := rdb.ScriptLoad(context.Background(), "return +").Err()
+	if !isCompileError(err) {
+		t.Fatalf("SCRIPT LOAD of a script that does not compile: %v; want isCompileError", err)
+	}
+	if isCompileError(rdb.ScriptLoad(context.Background(), oomShebang+"return 1").Err()) {
+		t.Fatal("this Redis cannot compile a flagged script; the tests need Redis 7")
+	}
+}
