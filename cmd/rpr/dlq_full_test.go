@@ -15,10 +15,13 @@ func TestDlqLsSaysWhenFull(t *testing.T) {
 	w.enqueue("Notify", "a")
 	w.enqueue("Notify", "b")
 	w.waitFor("two dead letters", func() bool { return w.dlqLen() == 2 })
-	w.enqueue("Notify", "c")
+	held := w.enqueue("Notify", "c")
 	w.waitFor("ls to say the stream is full", func() bool {
 		return strings.Contains(w.dlq("", "ls", jobsSvc).stdout, "FULL: its dead-letter stream is")
 	})
+	if res := runCLI(t, "", "trace", "--redis", w.rs.URL(), held); !strings.Contains(res.stdout, "held: its attempts are over") {
+		t.Errorf("trace of the held request does not say it is held:\n%s", res)
+	}
 	res := w.dlq("", "ls", jobsSvc)
 	for _, want := range []string{"at the cap of 2 letters", "nothing is dropped", "rpr dlq drop"} {
 		if !strings.Contains(res.stdout, want) {
