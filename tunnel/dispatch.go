@@ -126,10 +126,8 @@ func (r *serveRun) read(rd *reader) {
 			rd.reclaimFrom, used = r.reclaimOnce(readCtx, q, rd.reclaimFrom, slots)
 			rd.nextReclaim = time.Now().Add(interval)
 			if slots -= used; slots == 0 {
-				// A full scan: more may be waiting (a dead worker's, or those
-				// whose begin Redis refused), so scan again as soon as slots
-				// are free rather than an interval later, and a stranded
-				// backlog drains at the handlers' pace.
+				// A full scan: more may wait (a dead worker's, refused begins);
+				// scan again once slots are free, not an interval later.
 				rd.nextReclaim = time.Now()
 				continue
 			}
