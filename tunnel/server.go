@@ -445,7 +445,7 @@ func (s *Server) prepare(ctx context.Context, services []*serverService) ([]*que
 	}
 	s.dialect = dialect
 	if dialect != store.DialectFlags {
-		s.log.Warn("rpr: this Redis runs scripts without flags (Redis 6.2): at its maxmemory it refuses heartbeats, claims and completions like any write; use Redis 7 to keep serving there", "dialect", dialect)
+		s.log.Warn("rpr: this Redis runs no script flags (Redis 6.2, or a server that emulates Redis): at its maxmemory it refuses heartbeats, claims and completions like any write; use Redis 7 to keep serving there", "dialect", dialect)
 	}
 	var queues []*queue
 	for _, svc := range services {

@@ -118,7 +118,7 @@ func (d Dialect) String() string {
 	if d == DialectFlags {
 		return "flags (Redis 7+)"
 	}
-	return "plain (Redis 6.2)"
+	return "plain (no script flags: Redis 6.2)"
 }
 
 // LoadScripts loads every script into Redis's script cache, so that the
