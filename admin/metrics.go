@@ -62,6 +62,13 @@ var gauges = []gauge{
 	{"rpr.queue.backlog", "{request}", "Requests of the lane counted against the service's cap: its streams' length plus its retry sets.", func(s ServiceStats) float64 { return float64(s.Length + s.Retrying) }, false},
 	{"rpr.workers.live", "{worker}", "Workers serving the lane with a heartbeat in the last 5s.", func(s ServiceStats) float64 { return float64(s.LiveWorkers) }, false},
 	{"rpr.dlq.length", "{request}", "Entries in the service's dead-letter streams (all lanes and shards).", func(s ServiceStats) float64 { return float64(s.DeadLetters) }, true},
+	{"rpr.dlq.capacity", "{request}", "The cap of each of the service's dead-letter streams (one per shard) that its live workers announce (ServerOptions.MaxDeadLetters); 0 when none does.", func(s ServiceStats) float64 { return float64(s.DeadLetterCap) }, true},
+	{"rpr.dlq.full", "1", "1 when a dead-letter stream of the service is at its cap: servers hold further dead letters back (nothing is dropped) until an operator replays or drops letters.", func(s ServiceStats) float64 {
+		if s.DeadLettersFull {
+			return 1
+		}
+		return 0
+	}, true},
 }
 
 // RegisterMetrics registers observable gauges of the queues of every
@@ -76,8 +83,10 @@ var gauges = []gauge{
 // the service's shards; see ServiceStats): rpr.queue.length, .lag,
 // .pending, .oldest_pending_age (seconds), .consumers, .retrying and
 // .backlog (length plus retrying, what the cap applies to), and
-// rpr.workers.live. Per service (rpc.service alone): rpr.dlq.length and
-// rpr.queue.capacity, the service's backlog cap over all its lanes, read
+// rpr.workers.live. Per service (rpc.service alone): rpr.dlq.length,
+// rpr.dlq.capacity (each dead-letter stream's cap, see
+// ServiceStats.DeadLetterCap) and rpr.dlq.full (1 while one is at it),
+// and rpr.queue.capacity, the service's backlog cap over all its lanes, read
 // from its published schema ((rpr.v1.service).max_backlog, else
 // tunnel.DefaultMaxBacklog), so that an alert can compare the backlog
 // with it (clients refuse calls at 85% of it).

@@ -72,6 +72,8 @@ func TestRegisterMetrics(t *testing.T) {
 		"rpr.queue.capacity{" + greeterSvc + "}":                            tunnel.DefaultMaxBacklog,
 		"rpr.dlq.length{" + orders + "}":                                    1,
 		"rpr.dlq.length{" + greeterSvc + "}":                                0,
+		"rpr.dlq.capacity{" + orders + "}":                                  tunnel.DefaultMaxDeadLetters,
+		"rpr.dlq.full{" + orders + "}":                                      0,
 		"rpr.workers.live{" + orders + ",rpr.lane=default}":                 1,
 		"rpr.queue.length{" + orders + ",rpr.lane=default}":                 0,
 		"rpr.queue.oldest_pending_age{" + greeterSvc + ",rpr.lane=default}": 0,
@@ -89,19 +91,19 @@ func TestRegisterMetrics(t *testing.T) {
 	// The dead letters and the cap are the service's, not a lane's; the
 	// queue gauges are per lane.
 	for name := range points {
-		perService := strings.HasPrefix(name, "rpr.dlq.length{") || strings.HasPrefix(name, "rpr.queue.capacity{")
+		perService := strings.HasPrefix(name, "rpr.dlq.") || strings.HasPrefix(name, "rpr.queue.capacity{")
 		if perService == strings.Contains(name, "rpr.lane=") {
 			t.Errorf("point %s: per-service gauges have no lane, the others have one", name)
 		}
 	}
-	if len(points) != 2*(2+8) {
-		t.Errorf("%d points, want 20 (2 services, 1 lane each, 2 per-service and 8 per-lane gauges): %v", len(points), points)
+	if len(points) != 2*(4+8) {
+		t.Errorf("%d points, want 24 (2 services, 1 lane each, 4 per-service and 8 per-lane gauges): %v", len(points), points)
 	}
 	for name, unit := range map[string]string{
 		"rpr.queue.length": "{request}", "rpr.queue.lag": "{request}", "rpr.queue.pending": "{request}",
 		"rpr.queue.oldest_pending_age": "s", "rpr.queue.consumers": "{consumer}", "rpr.queue.retrying": "{request}",
 		"rpr.queue.backlog": "{request}", "rpr.workers.live": "{worker}", "rpr.dlq.length": "{request}",
-		"rpr.queue.capacity": "{request}",
+		"rpr.queue.capacity": "{request}", "rpr.dlq.capacity": "{request}", "rpr.dlq.full": "1",
 	} {
 		g, ok := mp.meter.gauges[name]
 		if !ok || g.unit != unit || g.desc == "" {

@@ -74,6 +74,22 @@ func (v serviceView) live() map[string]int {
 	return wire.LiveByLane(v.beats, v.now.UnixMilli(), tunnel.DefaultLane)
 }
 
+// deadLetterCap returns the smallest dead-letter cap the live workers
+// announce (wire.Worker.MaxDeadLetters); 0 when none does.
+func (v serviceView) deadLetterCap() int64 {
+	var out int64
+	for _, raw := range v.beats {
+		w, ok := wire.ParseWorker(raw)
+		if !ok || w.MaxDeadLetters <= 0 || v.now.UnixMilli()-w.BeatMs > wire.LiveWindow.Milliseconds() {
+			continue
+		}
+		if out == 0 || w.MaxDeadLetters < out {
+			out = w.MaxDeadLetters
+		}
+	}
+	return out
+}
+
 // knownLanes returns the lanes to look at without scanning the keyspace:
 // the default lane, the lanes named (by routes, or by the caller), and
 // those of every worker in the heartbeat hash beats (silent ones too: a

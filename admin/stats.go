@@ -62,6 +62,16 @@ type ServiceStats struct {
 	// dead-letter streams hold the letters of every lane), the same in
 	// every lane's figures.
 	DeadLetters int64
+	// DeadLetterCap is the cap of each of the service's dead-letter
+	// streams (one per shard), the smallest that its live workers
+	// announce (tunnel.ServerOptions.MaxDeadLetters); 0 when none
+	// announces one.
+	DeadLetterCap int64
+	// DeadLettersFull reports that a dead-letter stream of the service is
+	// at DeadLetterCap: servers hold further dead letters back (async
+	// requests wait in the retry sets, unreadable entries stay pending)
+	// until an operator replays or drops letters.
+	DeadLettersFull bool
 	// LiveWorkers is the number of workers serving the lane whose
 	// heartbeat is recent enough for clients to send them calls (the rule
 	// Health uses: a beat within the last 5s).
@@ -159,19 +169,21 @@ func (s *Service) inspect(ctx context.Context, more []string) ([]ServiceStats, S
 	_, _ = pipe.Exec(ctx)
 
 	var deadLetters int64
+	dlCap, full := view.deadLetterCap(), false
 	for shard, cmd := range dlq {
 		if err := cmd.Err(); err != nil {
 			return fail("XLEN "+s.keys.Shard(s.name, shard).DeadLetters(), err)
 		}
 		deadLetters += cmd.Val()
+		full = full || (dlCap > 0 && cmd.Val() >= dlCap)
 	}
 	live := view.live()
-	total := ServiceStats{Service: s.name, Shards: shards, DeadLetters: deadLetters, RedisTime: redisNow}
+	total := ServiceStats{Service: s.name, Shards: shards, DeadLetters: deadLetters, DeadLetterCap: dlCap, DeadLettersFull: full, RedisTime: redisNow}
 	allConsumers := map[string]bool{}
 	out := make([]ServiceStats, len(lanes))
 	for i, lane := range lanes {
 		st := ServiceStats{Service: s.name, Lane: lane, Shards: shards, DeadLetters: deadLetters,
-			LiveWorkers: live[lane], RedisTime: redisNow}
+			DeadLetterCap: dlCap, DeadLettersFull: full, LiveWorkers: live[lane], RedisTime: redisNow}
 		consumers := map[string]bool{}
 		for shard := range shards {
 			if err := addQueueFigures(&st, consumers, &cmds[shard][i]); err != nil {

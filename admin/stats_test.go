@@ -69,7 +69,7 @@ func TestServiceStats(t *testing.T) {
 		}
 	}
 	idle := inspect(t, rdb, greeterService)
-	want := admin.ServiceStats{Service: greeterService, Shards: 1, EntriesAdded: 5, Consumers: 1, LiveWorkers: 1, RedisTime: idle.RedisTime}
+	want := admin.ServiceStats{Service: greeterService, Shards: 1, DeadLetterCap: tunnel.DefaultMaxDeadLetters, EntriesAdded: 5, Consumers: 1, LiveWorkers: 1, RedisTime: idle.RedisTime}
 	if idle != want {
 		t.Fatalf("idle:\n got %+v\nwant %+v", idle, want)
 	}
@@ -254,10 +254,10 @@ func TestLaneStatsOfShardedService(t *testing.T) {
 	now := lanes[0].RedisTime
 	want := []admin.ServiceStats{
 		// One server reads the 3 shards' streams: one consumer.
-		{Service: lanesService, Lane: tunnel.DefaultLane, Shards: 3, EntriesAdded: calls, Consumers: 1, DeadLetters: 1, LiveWorkers: 1, RedisTime: now},
-		{Service: lanesService, Lane: "v2", Shards: 3, EntriesAdded: v2Calls, Consumers: 1, DeadLetters: 1, LiveWorkers: 1, RedisTime: now},
+		{Service: lanesService, Lane: tunnel.DefaultLane, Shards: 3, DeadLetterCap: tunnel.DefaultMaxDeadLetters, EntriesAdded: calls, Consumers: 1, DeadLetters: 1, LiveWorkers: 1, RedisTime: now},
+		{Service: lanesService, Lane: "v2", Shards: 3, DeadLetterCap: tunnel.DefaultMaxDeadLetters, EntriesAdded: v2Calls, Consumers: 1, DeadLetters: 1, LiveWorkers: 1, RedisTime: now},
 		// No server ever read v3: no group; every request lags.
-		{Service: lanesService, Lane: "v3", Shards: 3, Length: queued, EntriesAdded: queued, Lag: queued, DeadLetters: 1, RedisTime: now},
+		{Service: lanesService, Lane: "v3", Shards: 3, DeadLetterCap: tunnel.DefaultMaxDeadLetters, Length: queued, EntriesAdded: queued, Lag: queued, DeadLetters: 1, RedisTime: now},
 	}
 	for i := range want {
 		if lanes[i] != want[i] {
@@ -268,7 +268,7 @@ func TestLaneStatsOfShardedService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantTotal := admin.ServiceStats{Service: lanesService, Shards: 3, Length: queued, EntriesAdded: queued + calls + v2Calls, Lag: queued, Consumers: 2,
+	wantTotal := admin.ServiceStats{Service: lanesService, Shards: 3, DeadLetterCap: tunnel.DefaultMaxDeadLetters, Length: queued, EntriesAdded: queued + calls + v2Calls, Lag: queued, Consumers: 2,
 		DeadLetters: 1, LiveWorkers: 2, RedisTime: total.RedisTime}
 	if total != wantTotal {
 		t.Errorf("Stats:\n got %+v\nwant %+v", total, wantTotal)

@@ -49,6 +49,10 @@ type RequestTrace struct {
 	PreviousWorker string
 	// Attempt is the attempt being run, as the state hash records it.
 	Attempt string
+	// Held reports an async request whose dead letter waits for room in
+	// its service's full dead-letter stream (wire.StateHeld): it is in the
+	// retry set, not run again, and is dead-lettered once there is room.
+	Held bool
 	// Entry is the request stream entry id being run.
 	Entry string
 	// Claimed, Done and Marked are when a worker claimed it, when it was
@@ -387,6 +391,7 @@ func (s *Service) traceInShard(ctx context.Context, shard int, lanes []string, t
 	tr.DeadLetters, tr.Queued, tr.Retry, tr.Finished = deadLetters, entry, retry, finished
 	tr.State, tr.Worker, tr.PreviousWorker = st[wire.StateField], st[wire.StateWorker], st[wire.StatePreviousWorker]
 	tr.Attempt, tr.Entry = st[wire.StateAttempt], st[wire.StateEntry]
+	tr.Held = st[wire.StateHeld] != ""
 	tr.Claimed, tr.Done, tr.Marked = millisField(st[wire.StateClaimedMs]), millisField(st[wire.StateDoneMs]), millisField(st[wire.StateMarkedMs])
 	tr.LeaseUntil = millisField(st[wire.StateLease])
 	if d := ttl.Val(); d > 0 && len(st) > 0 {

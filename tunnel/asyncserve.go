@@ -65,11 +65,12 @@ func (r *serveRun) asyncOutcome(q *queue, req *received, resp *wire.Response, ha
 		log.Error("rpr: encode retry envelope; dead-lettering instead", "error", err)
 	}
 	reason := deadLetterReason(handlerErr, Code(resp.Code), env.Attempt, policy, d)
-	log.Error("rpr: async request dead-lettered", "reason", reason, "attempt", env.Attempt, "code", Code(resp.Code), "error", resp.Message)
+	// logged once written (complete): the letter may be held instead
 	original, err := wire.EncodeRequest(wireForm(env))
 	if err != nil {
 		log.Error("rpr: encode dead letter", "error", err)
 	}
+	hold, holdBackoff := r.holdFor(env, req.method)
 	letter := wire.DeadLetter{
 		Reason:     reason,
 		Code:       Code(resp.Code).String(),
@@ -84,7 +85,51 @@ func (r *serveRun) asyncOutcome(q *queue, req *received, resp *wire.Response, ha
 		Lane:       s.opts.Lane, // q's lane: where a replay queues it again
 	}
 	return &completion{Completion: store.Completion{Action: store.ActionDead, Target: q.keys.DeadLetters(), Final: wire.StateDead, TTL: window,
-		Response: respRaw, Envelope: original, Letter: letter}}
+		Response: respRaw, Envelope: original, Letter: letter, Hold: hold, HoldBackoff: holdBackoff}}
+}
+
+// maxHoldBackoff bounds how long a held dead letter (its stream at the
+// cap) waits before its request comes back to try again: room an operator
+// makes is used within this long.
+const maxHoldBackoff = time.Minute
+
+// holdFor returns what a dead letter of env is held as while its stream is
+// at its cap: the request's next attempt (a server of a release without
+// holds runs it again rather than dropping it), due after the policy's
+// longest backoff, at most maxHoldBackoff. The envelope is nil when it
+// does not encode (then the letter is written whatever the cap).
+func (r *serveRun) holdFor(env *wire.Request, method *MethodDesc) ([]byte, time.Duration) {
+	next := wireForm(env)
+	next.Attempt++
+	raw, err := wire.EncodeRequest(next)
+	if err != nil {
+		return nil, 0
+	}
+	return raw, min(asyncPolicy(env, method).MaxBackoff, maxHoldBackoff)
+}
+
+// completeHeld dead-letters an async request the begin script found
+// held (store.VerdictHeld) with the letter its state keeps, without
+// running it; while the stream is still at its cap the request is held
+// again.
+func (r *serveRun) completeHeld(q *queue, req *received) {
+	log := r.server.requestLog(req.env)
+	// The letter's fields (attempts included) are the held ones; the
+	// envelope is the request as it came back.
+	hold, holdBackoff := r.holdFor(req.env, req.method)
+	comp := &completion{Completion: store.Completion{Action: store.ActionDead, Target: q.keys.DeadLetters(), Final: wire.StateDead,
+		TTL: r.server.opts.IdempotencyWindow, Envelope: []byte(req.raw), LetterHeld: true, Hold: hold, HoldBackoff: holdBackoff}}
+	r.complete(q, req, comp, log)
+}
+
+// noteHeld records that a dead letter was held back at its stream's cap,
+// for the log, ServerStats and rpr.server.dead_letters.held.
+func (r *serveRun) noteHeld(q *queue, log interface{ Warn(string, ...any) }, what string) {
+	s := r.server
+	s.stats.deadLettersHeld.Add(1)
+	r.metrics.deadLetterHeld(q.name)
+	log.Warn("rpr: dead-letter stream is full (ServerOptions.MaxDeadLetters); "+what+": it is dead-lettered once there is room (see `rpr dlq ls`; `rpr dlq replay` or `rpr dlq drop` makes room)",
+		"dlq", q.keys.DeadLetters(), "max_dead_letters", s.opts.MaxDeadLetters)
 }
 
 // wireForm returns a copy of env as it travels: without the idempotency
@@ -123,6 +168,7 @@ func (r *serveRun) moveDue(ctx context.Context, q *queue) {
 		wait := s.opts.RetryPollInterval
 		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		call := store.NewMoveDue(q.retries, q.requests, moveBatch)
+		call.Use(s.dialect)
 		store.Run(runCtx, s.rdb, &call.Call)
 		moved, next, err := call.Result()
 		cancel()
@@ -168,6 +214,7 @@ func (r *serveRun) tidy(ctx context.Context, q *queue) {
 		}
 		runCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		call := store.NewJanitor(q.requests, staleConsumerIdle)
+		call.Use(s.dialect)
 		store.Run(runCtx, s.rdb, &call.Call)
 		trimmed, forgotten, err := call.Result()
 		cancel()

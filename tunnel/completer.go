@@ -36,13 +36,17 @@ type completer struct {
 	*coalescer[*completion]
 	rdb      redis.UniversalClient
 	workerID string
+	// dialect is the form of scripts the server's Redis runs.
+	dialect store.Dialect
+	// maxDeadLetters caps each dead-letter stream (0: no cap).
+	maxDeadLetters int64
 	// retention is how long fast-path answers keep their finished records
 	// (ServerOptions.Retention); 0 for not at all.
 	retention time.Duration
 }
 
-func newCompleter(client redis.UniversalClient, workerID string, retention time.Duration, queueSize int, observe func(size int, full bool)) *completer {
-	c := &completer{rdb: client, workerID: workerID, retention: retention}
+func newCompleter(s *Server, queueSize int, observe func(size int, full bool)) *completer {
+	c := &completer{rdb: s.rdb, dialect: s.dialect, maxDeadLetters: s.deadLetterCap(), workerID: s.opts.WorkerID, retention: s.opts.Retention}
 	// One flush in flight, as for the client's sends (see NewClient).
 	c.coalescer = newCoalescer(1, 256, queueSize, c.flush, observe)
 	return c
@@ -96,7 +100,7 @@ func (c *completer) flush(batch []*completion) {
 			if g.fast {
 				g.answers = store.NewAnswer(comp.queue.requests, c.retention, len(batch))
 			} else {
-				g.complete = store.NewComplete(comp.queue.requests, c.workerID, len(batch))
+				g.complete = store.NewComplete(comp.queue.requests, comp.queue.retries, c.workerID, c.maxDeadLetters, len(batch))
 			}
 			groups = append(groups, g)
 		}
@@ -110,6 +114,7 @@ func (c *completer) flush(batch []*completion) {
 	calls := make([]*store.Call, len(groups))
 	for i, g := range groups {
 		calls[i] = g.call()
+		calls[i].Use(c.dialect)
 	}
 	store.Run(ctx, c.rdb, calls...)
 	for _, g := range groups {

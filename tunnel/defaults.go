@@ -67,6 +67,10 @@ const (
 	// call (WithTimeout) and method ((rpr.v1.method).timeout) set no
 	// timeout.
 	DefaultAsyncTimeout = 30 * time.Second
+	// DefaultMaxDeadLetters is how many entries a dead-letter stream takes
+	// before servers hold further letters back
+	// (ServerOptions.MaxDeadLetters).
+	DefaultMaxDeadLetters = 10_000
 )
 
 // Bounds on what a request's envelope may ask of a server. They are the

@@ -152,6 +152,9 @@ func (r *serveRun) read(rd *reader) {
 			rd.reclaimFrom, used = r.reclaimOnce(readCtx, q, rd.reclaimFrom, slots)
 			rd.nextReclaim = time.Now().Add(interval)
 			if slots -= used; slots == 0 {
+				// A full scan: more may wait (a dead worker's, refused begins);
+				// scan again once slots are free, not an interval later.
+				rd.nextReclaim = time.Now()
 				continue
 			}
 		}
@@ -338,8 +341,8 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		// attributes is made for them alone, not for every request run.
 		log := r.server.requestLog(req.env)
 		switch d.Verdict {
-		case store.VerdictRun, store.VerdictRerun, store.VerdictOrphan:
-			if d.Verdict != store.VerdictRun {
+		case store.VerdictRun, store.VerdictRerun, store.VerdictOrphan, store.VerdictHeld:
+			if d.Verdict != store.VerdictRun && d.Verdict != store.VerdictHeld {
 				log.Warn("rpr: took over a request whose worker's lease expired", "decision", d.Verdict, "previous_worker", d.Detail)
 				r.server.stats.reclaimed.Add(1)
 			}
@@ -390,6 +393,7 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]st
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	call.Use(s.dialect)
 	store.Run(ctx, s.rdb, &call.Call)
 	return call.Result()
 }
@@ -401,6 +405,10 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	s := r.server
 	if req.env.Kind == wire.KindStream && d.Verdict == store.VerdictRun && req.method != nil && req.method.IsStreaming() && req.denied == nil {
 		r.startStream(q, req)
+		return
+	}
+	if d.Verdict == store.VerdictHeld {
+		r.completeHeld(q, req)
 		return
 	}
 	log := s.requestLog(req.env)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
 
@@ -94,7 +93,7 @@ func (r *serveRun) deadLetter(q *queue, entryID, raw, reason string) {
 		raw = raw[:unreadableKeepBytes]
 	}
 	letter := wire.DeadLetter{Reason: reason, Code: InvalidArgument.String(), Worker: r.server.opts.WorkerID, Lane: r.server.opts.Lane}
-	r.logFailure("dead-letter request entry", entryID, r.runScript(&store.NewDeadLetterEntry(q.keys, q.requests, entryID, raw, letter).Call))
+	r.deadLetterEntry(q, entryID, raw, letter)
 }
 
 // unreadableKeepBytes bounds what the dead letter of an entry the server

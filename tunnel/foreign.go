@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
 
@@ -31,8 +30,7 @@ func (r *serveRun) refuseForeign(q *queue, req *received, key string, ran bool) 
 		r.send(q, req.entryID, req.env.ReplyTo, errorResponse(req.env.ID, err))
 	}
 	letter := wire.DeadLetter{Reason: reason, Code: FailedPrecondition.String(), Worker: r.server.opts.WorkerID, Lane: r.server.opts.Lane}
-	r.logFailure("dead-letter request entry", req.entryID,
-		r.runScript(&store.NewDeadLetterEntry(q.keys, q.requests, req.entryID, req.raw, letter).Call))
+	r.deadLetterEntry(q, req.entryID, req.raw, letter)
 }
 
 // foreignReason says what is wrong with key, naming the kind of value it

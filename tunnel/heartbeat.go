@@ -56,6 +56,7 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 			schema = b.svc.schemaID
 		}
 		calls[i] = store.NewHeartbeat(b.key, s.opts.WorkerID, b.info, wire.PruneAge, wire.Retention, b.schemas, schema)
+		calls[i].Use(s.dialect)
 		calls[i].Queue(ctx, pipe)
 	}
 	counts := make([]*redis.StringCmd, len(services))
@@ -96,7 +97,8 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 
 func (s *Server) workerRecord() wire.Worker {
 	host, _ := os.Hostname()
-	return wire.Worker{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane, RetentionMs: s.opts.Retention.Milliseconds()}
+	return wire.Worker{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane, RetentionMs: s.opts.Retention.Milliseconds(),
+		MaxDeadLetters: s.deadLetterCap()}
 }
 
 // heartbeatLoop beats every wire.BeatInterval until stop is closed,

@@ -34,6 +34,7 @@ type callMetrics struct {
 	slotWait  metric.Float64Histogram // client only
 	batchSize metric.Int64Histogram
 	messages  metric.Int64Counter // stream messages sent and received
+	held      metric.Int64Counter // server only: dead letters held at the cap
 	attrs     *attributeSets
 	// streamAttrs caches the attribute sets of messages, by method and
 	// direction.
@@ -127,7 +128,20 @@ func newClientMetrics(mp metric.MeterProvider) (callMetrics, error) {
 	m.messages, err5 = meter.Int64Counter("rpr.client.stream.messages",
 		metric.WithDescription("Messages of streaming calls the client sent and received, by method and direction (sent, received)."),
 		metric.WithUnit("{message}"))
-	return m, errors.Join(err1, err2, err3, err4, err5)
+	var err6 error
+	m.held, err6 = meter.Int64Counter("rpr.server.dead_letters.held",
+		metric.WithDescription("Dead letters held back because the service's dead-letter stream was at its cap (ServerOptions.MaxDeadLetters): requests kept in the retry set, unreadable entries left pending, until an operator makes room."),
+		metric.WithUnit("{request}"))
+	return m, errors.Join(err1, err2, err3, err4, err5, err6)
+}
+
+// deadLetterHeld counts one dead letter of service held back at its
+// stream's cap.
+func (m callMetrics) deadLetterHeld(service string) {
+	if m.held == nil {
+		return
+	}
+	m.held.Add(context.Background(), 1, metric.WithAttributes(attribute.String("rpc.service", service)))
 }
 
 // newServerMetrics makes a Server's instruments from mp.

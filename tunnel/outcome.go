@@ -52,6 +52,13 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 	for {
 		res := r.completer.complete(comp)
 		switch {
+		case res.err == nil && res.n == store.Written && comp.Action == store.ActionDead && comp.LetterHeld:
+			log.Error("rpr: held async request dead-lettered, now that its dead-letter stream has room")
+		case res.err == nil && res.n == store.Written && comp.Action == store.ActionDead:
+			l := comp.Letter
+			log.Error("rpr: async request dead-lettered", "reason", l.Reason, "attempt", l.Attempts, "code", l.Code, "error", l.Error)
+		case res.err == nil && res.n == store.Held:
+			r.noteHeld(q, log, "request held in the retry set, not run again")
 		case res.err == nil && res.n == store.Fenced:
 			s.stats.leasesLost.Add(1)
 			log.Warn("rpr: lost this request to another worker (lease expired); outcome not written")
@@ -91,9 +98,24 @@ func (r *serveRun) logFailure(what, entryID string, err error) {
 	}
 }
 
+// deadLetterEntry dead-letters the entry entryID of q as it is (raw),
+// with letter; at the dead-letter stream's cap it stays pending, for the
+// reclaim scan to offer again, and the hold is noted.
+func (r *serveRun) deadLetterEntry(q *queue, entryID, raw string, letter wire.DeadLetter) {
+	call := store.NewDeadLetterEntry(q.keys, q.requests, entryID, raw, letter, r.server.deadLetterCap())
+	if err := r.runScript(&call.Call); err != nil {
+		r.logFailure("dead-letter request entry", entryID, err)
+		return
+	}
+	if written, err := call.Result(); err == nil && !written {
+		r.noteHeld(q, r.server.log.With("entry", entryID, "reason", letter.Reason), "entry left pending, offered again after a lease")
+	}
+}
+
 // runScript sends call through the completion batcher and returns its
 // error once it has run.
 func (r *serveRun) runScript(call *store.Call) error {
+	call.Use(r.server.dialect)
 	result := make(chan error, 1)
 	if err := r.completions.submit(context.Background(), scriptOp(call, func(err error) { result <- err })); err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/rprtunnel/rpr/internal/store"
 )
 
@@ -115,6 +117,11 @@ func (s *Server) shardsToRead(count int) []int {
 func (s *Server) openQueue(ctx context.Context, q *queue) error {
 	// "0": a new group delivers what is already queued; nothing is lost.
 	err := s.rdb.XGroupCreateMkStream(ctx, q.requests, store.WorkersGroup, "0").Err()
+	if err != nil && strings.HasPrefix(err.Error(), "OOM") && s.groupExists(ctx, q.requests) {
+		// Redis at its maxmemory refuses XGROUP CREATE before it sees that
+		// the group is there already: a server restarted then still serves.
+		err = nil
+	}
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("rpr: create consumer group %s on %s: %w", store.WorkersGroup, q.requests, err)
 	}
@@ -122,6 +129,13 @@ func (s *Server) openQueue(ctx context.Context, q *queue) error {
 		return s.openInbox(ctx, q)
 	}
 	return nil
+}
+
+// groupExists reports whether stream has rpr's consumer group; false also
+// when Redis cannot say.
+func (s *Server) groupExists(ctx context.Context, stream string) bool {
+	groups, err := s.rdb.XInfoGroups(ctx, stream).Result()
+	return err == nil && slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == store.WorkersGroup })
 }
 
 // serveQueue starts reading q, with its retry mover and janitor.

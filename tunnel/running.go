@@ -165,6 +165,7 @@ func (r *serveRun) extendOnce(ctx context.Context) {
 	s := r.server
 	for q, reqs := range r.running.byQueue() {
 		call := store.NewExtend(q.requests, s.opts.WorkerID, s.opts.Lease)
+		call.Use(s.dialect)
 		idOfEntry := make(map[string]string, len(reqs))
 		for id, req := range reqs {
 			call.Add(req.entryID, req.state) // "" on the fast path

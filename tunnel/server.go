@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +56,15 @@ type ServerOptions struct {
 	// may stay open for hours. A stream beyond the bound is refused with
 	// RESOURCE_EXHAUSTED.
 	MaxStreams int
+	// MaxDeadLetters caps each dead-letter stream (one per service shard)
+	// at this many entries (default DefaultMaxDeadLetters; negative: no
+	// cap). At the cap nothing is dropped or trimmed: an async request
+	// that would be dead-lettered is held in its retry set, not run again,
+	// and dead-lettered once an operator makes room (`rpr dlq replay` or
+	// `drop`); an entry that cannot be read stays pending until then.
+	// Each hold is logged and counted (ServerStats.DeadLettersHeld,
+	// rpr.server.dead_letters.held).
+	MaxDeadLetters int
 	// Logger receives the server's log lines (default slog.Default()).
 	Logger *slog.Logger
 	// Lease is how long a worker's claim on a running request holds
@@ -154,31 +162,6 @@ func (s *Server) deadAfter() time.Duration {
 	return max(s.opts.Lease, 3*wire.BeatInterval)
 }
 
-// ServerStats counts events a Server has seen since it was created.
-type ServerStats struct {
-	// Reclaimed counts requests taken over from a worker whose lease expired.
-	Reclaimed int64
-	// LeasesLost counts requests this worker lost to another worker.
-	LeasesLost int64
-	// DeletedWhilePending counts entries Redis reported deleted before they
-	// were acknowledged (trimmed from under the pending list).
-	DeletedWhilePending int64
-}
-
-// serverStats holds the live counters behind ServerStats.
-type serverStats struct {
-	reclaimed, leasesLost, deletedWhilePending atomic.Int64
-}
-
-// Stats returns the server's event counters.
-func (s *Server) Stats() ServerStats {
-	return ServerStats{
-		Reclaimed:           s.stats.reclaimed.Load(),
-		LeasesLost:          s.stats.leasesLost.Load(),
-		DeletedWhilePending: s.stats.deletedWhilePending.Load(),
-	}
-}
-
 // Server runs registered services: it reads their request streams through
 // the "workers" consumer group, runs handlers with bounded concurrency and
 // writes each response to its caller's stream. Create it with NewServer,
@@ -193,10 +176,13 @@ type Server struct {
 	// StreamInterceptors.
 	streamInterceptor StreamServerInterceptor
 	clock             redisClock
-	created           time.Time
-	stats             serverStats
-	tracing           tracing
-	trust             *trustedCallers // nil without ServerOptions.Trust
+	// dialect is the form of rpr's scripts s's Redis runs, found when
+	// Serve loads them (before anything else reads it).
+	dialect store.Dialect
+	created time.Time
+	stats   serverStats
+	tracing tracing
+	trust   *trustedCallers // nil without ServerOptions.Trust
 
 	mu       sync.Mutex
 	services map[string]*serverService
@@ -265,6 +251,9 @@ func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	opts.Retention = max(opts.Retention, 0)
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = DefaultMaxStreams
+	}
+	if opts.MaxDeadLetters == 0 {
+		opts.MaxDeadLetters = DefaultMaxDeadLetters
 	}
 	opts.StreamWindow = opts.StreamWindow.orDefault()
 	if opts.RetryPollInterval <= 0 {
@@ -410,7 +399,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		queues:      &queueSet{},
 		slots:       make(chan struct{}, s.opts.Concurrency),
 		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency, nil),
-		completer:   newCompleter(s.rdb, s.opts.WorkerID, s.opts.Retention, s.opts.Concurrency, metrics.batchObserver("complete")),
+		completer:   newCompleter(s, s.opts.Concurrency, metrics.batchObserver("complete")),
 		// One flush in flight: a stream's frames leave in order.
 		frames:      newBatcher(s.rdb, 1, 512, 4096, metrics.batchObserver("frames")),
 		observeRead: metrics.batchObserver("read"),
@@ -461,8 +450,13 @@ func (s *Server) Serve(ctx context.Context) error {
 // groups, loads the scripts and announces the worker, so clients see it
 // before Serve reads anything. It returns the queues to read.
 func (s *Server) prepare(ctx context.Context, services []*serverService) ([]*queue, error) {
-	if err := store.LoadScripts(ctx, s.rdb); err != nil {
+	dialect, err := store.LoadScripts(ctx, s.rdb)
+	if err != nil {
 		return nil, fmt.Errorf("rpr: %w", err)
+	}
+	s.dialect = dialect
+	if dialect != store.DialectFlags {
+		s.log.Warn("rpr: this Redis runs no script flags (Redis 6.2, or a server that emulates Redis): at its maxmemory it refuses heartbeats, claims and completions like any write; use Redis 7 to keep serving there", "dialect", dialect)
 	}
 	var queues []*queue
 	for _, svc := range services {

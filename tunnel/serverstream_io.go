@@ -24,6 +24,7 @@ const inboxTTL = time.Minute
 func (s *Server) openInbox(ctx context.Context, q *queue) error {
 	inbox := q.keys.Inbox(s.opts.WorkerID)
 	open := store.NewOpenInbox(inbox, inboxTTL)
+	open.Use(s.dialect)
 	store.Run(ctx, s.rdb, &open.Call)
 	if err := open.Err(); err != nil {
 		return fmt.Errorf("rpr: open the stream inbox %s: %w", inbox, err)

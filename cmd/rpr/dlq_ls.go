@@ -100,19 +100,28 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 			return err
 		}
 	}
+	capacity, err := t.queue.Capacity(ctx)
+	if err != nil {
+		return err
+	}
 	now := t.redisNow(ctx)
 	if asJSON {
 		dec := newPayloadDecoder(ctx, t)
 		doc := struct {
 			Service string `json:"service"`
 			// DLQ is shard 0's stream; Streams lists every shard's.
-			DLQ         string       `json:"dlq"`
-			Streams     []string     `json:"dlq_streams"`
-			Total       int64        `json:"total"`
-			Matched     int64        `json:"matched"`
-			Shown       int          `json:"shown"`
+			DLQ     string   `json:"dlq"`
+			Streams []string `json:"dlq_streams"`
+			Total   int64    `json:"total"`
+			Matched int64    `json:"matched"`
+			Shown   int      `json:"shown"`
+			// Cap is each stream's cap (0: none announced); FullShards
+			// lists the shards whose stream is at it.
+			Cap         int64        `json:"cap"`
+			FullShards  []int        `json:"full_shards"`
 			DeadLetters []deadLetter `json:"dead_letters"`
-		}{Service: t.service, DLQ: t.streams[0], Streams: t.streams, Total: total, Matched: matched, Shown: len(letters), DeadLetters: []deadLetter{}}
+		}{Service: t.service, DLQ: t.streams[0], Streams: t.streams, Total: total, Matched: matched, Shown: len(letters),
+			Cap: capacity.Cap, FullShards: append([]int{}, capacity.Full...), DeadLetters: []deadLetter{}}
 		for _, dl := range letters {
 			doc.DeadLetters = append(doc.DeadLetters, toJSON(dl, dec))
 		}
@@ -128,7 +137,24 @@ func runDlqLs(ctx context.Context, out io.Writer, t *dlqTarget, sel *dlqSelectio
 	}
 	printDeadLetterTable(out, letters, now, outputWidth(out))
 	fmt.Fprintln(out, lsFooter(t.service, len(letters), total, matched, sel.filtered()))
+	if line := fullLine(t.service, capacity); line != "" {
+		fmt.Fprintln(out, line)
+	}
 	return nil
+}
+
+// fullLine warns that dead-letter streams are at their cap, and what that
+// means; "" when none is.
+func fullLine(service string, c admin.DeadLetterCapacity) string {
+	if len(c.Full) == 0 {
+		return ""
+	}
+	where := "its dead-letter stream is"
+	if len(c.Lengths) > 1 {
+		where = fmt.Sprintf("the dead-letter streams of shards %v are", c.Full)
+	}
+	return fmt.Sprintf("FULL: %s of %s at the cap of %d letters (ServerOptions.MaxDeadLetters): servers hold further dead letters back, nothing is dropped (async requests wait in the retry set, unreadable entries stay pending); replay or drop letters to make room (rpr dlq replay / rpr dlq drop)",
+		where, service, c.Cap)
 }
 
 // lsFooter counts what ls showed against what the DLQ holds.

@@ -74,12 +74,19 @@ func (w *jobsWorld) method(name string) *tunnel.MethodDesc {
 
 func newJobsWorld(t *testing.T) *jobsWorld {
 	t.Helper()
+	return newJobsWorldCapped(t, 0)
+}
+
+// newJobsWorldCapped is newJobsWorld with a server that keeps each
+// dead-letter stream under maxDeadLetters (0: the default).
+func newJobsWorldCapped(t *testing.T, maxDeadLetters int) *jobsWorld {
+	t.Helper()
 	rs := redistest.Start(t)
 	w := &jobsWorld{t: t, rs: rs, rdb: rs.Client(t), done: map[string]int{}}
 	w.publishSchema()
 
 	quiet := slog.New(slog.DiscardHandler)
-	srv, err := tunnel.NewServer(rs.Client(t), tunnel.ServerOptions{WorkerID: "dlq-w1", Logger: quiet, RetryPollInterval: 10 * time.Millisecond})
+	srv, err := tunnel.NewServer(rs.Client(t), tunnel.ServerOptions{WorkerID: "dlq-w1", Logger: quiet, RetryPollInterval: 10 * time.Millisecond, MaxDeadLetters: maxDeadLetters})
 	if err != nil {
 		t.Fatal(err)
 	}

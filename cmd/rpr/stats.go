@@ -66,6 +66,9 @@ func (r statsRow) cells(columns []string) []string {
 	dlq := `"`
 	if r.firstOfService {
 		dlq = strconv.FormatInt(r.DeadLetters, 10)
+		if r.DeadLettersFull {
+			dlq += " FULL" // at the cap: servers hold dead letters back
+		}
 	}
 	out := make([]string, 0, len(columns))
 	for _, c := range columns {
@@ -220,6 +223,8 @@ type statsRowJSON struct {
 	LiveWorkers          int      `json:"live_workers"`
 	Retrying             int64    `json:"retrying"`
 	DeadLetters          int64    `json:"dead_letters"`
+	DeadLetterCap        int64    `json:"dead_letter_cap"`
+	DeadLettersFull      bool     `json:"dead_letters_full"`
 	CallsPerSecond       *float64 `json:"calls_per_second"`
 }
 
@@ -229,7 +234,7 @@ func writeStatsJSON(out io.Writer, rows []statsRow) error {
 		row := statsRowJSON{
 			Service: r.Service, Lane: r.Lane, Shards: max(r.Shards, 1), Length: r.Length, Lag: r.Lag, Pending: r.Pending,
 			OldestPendingSeconds: r.OldestPending.Seconds(), Consumers: r.Consumers, LiveWorkers: r.LiveWorkers,
-			Retrying: r.Retrying, DeadLetters: r.DeadLetters,
+			Retrying: r.Retrying, DeadLetters: r.DeadLetters, DeadLetterCap: r.DeadLetterCap, DeadLettersFull: r.DeadLettersFull,
 		}
 		if r.rateOK {
 			rate := r.rate

@@ -155,6 +155,9 @@ func printTrace(out io.Writer, raw string, tr *admin.RequestTrace) {
 	if tr.PreviousWorker != "" {
 		fmt.Fprintf(out, "  taken over from worker %s, which died while running it\n", tr.PreviousWorker)
 	}
+	if tr.Held {
+		fmt.Fprintln(out, "  held: its attempts are over and its dead-letter stream is full; it waits in the retry set, is not run again, and is dead-lettered once there is room (rpr dlq ls)")
+	}
 	if tr.Claimed.IsZero() && tr.Worker != "" {
 		row("done", tr.Done, by) // an async success keeps only its worker and attempt
 	} else {

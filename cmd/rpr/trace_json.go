@@ -27,6 +27,7 @@ type traceJSON struct {
 	Worker         string             `json:"worker,omitempty"`
 	PreviousWorker string             `json:"previous_worker,omitempty"`
 	Attempt        string             `json:"attempt,omitempty"`
+	Held           bool               `json:"held,omitempty"`
 	Entry          string             `json:"entry,omitempty"`
 	Claimed        *time.Time         `json:"claimed,omitempty"`
 	Done           *time.Time         `json:"done,omitempty"`
@@ -108,7 +109,7 @@ func traceToJSON(arg string, tr *admin.RequestTrace) traceJSON {
 	j := traceJSON{
 		Arg: arg, ByKey: tr.ByKey, Found: tr.Service != "", Service: tr.Service, Shard: tr.Shard, Shards: tr.Shards,
 		Lane: tr.Lane, Key: tr.Key, KeyHeldBy: tr.KeyHeldBy, State: tr.State, Worker: tr.Worker,
-		PreviousWorker: tr.PreviousWorker, Attempt: tr.Attempt, Entry: tr.Entry,
+		PreviousWorker: tr.PreviousWorker, Attempt: tr.Attempt, Held: tr.Held, Entry: tr.Entry,
 		Claimed: utcOrNil(tr.Claimed), Done: utcOrNil(tr.Done), Marked: utcOrNil(tr.Marked), LeaseUntil: utcOrNil(tr.LeaseUntil),
 		ExpiresInMs: tr.ExpiresIn.Milliseconds(), RetentionMs: tr.Retention.Milliseconds(), RetentionPartial: tr.RetentionPartial,
 	}

@@ -20,7 +20,7 @@ import "time"
 // stream (nothing is written for that request and its entry is left
 // pending, for the caller to dead-letter; the others are answered all the
 // same).
-var answerScript = newScript("answer", `
+var answerScript = newOOMScript("answer", `
 local out, done = {}, {}
 for k = 1, #KEYS - 1 do
   local r = redis.pcall('XADD', KEYS[k + 1], 'NOMKSTREAM', '*', 'e', ARGV[2 * k + 1])
@@ -53,7 +53,7 @@ return out
 //
 // Returns what answerScript returns; a request whose reply-to is not a
 // stream has its record written all the same (the call did finish).
-var answerKeepScript = newScript("answer_keep", `
+var answerKeepScript = newOOMScript("answer_keep", `
 local out, done = {}, {}
 for k = 1, (#KEYS - 1) / 2 do
   local r = redis.pcall('XADD', KEYS[2 * k], 'NOMKSTREAM', '*', 'e', ARGV[3 * k + 1])

@@ -19,11 +19,18 @@ import (
 //	                 attempt, has a caller waiting for a reply (1|0),
 //	                 the worker it was taken over from ('' when read afresh)
 //
+// An async entry whose state holds a dead letter waiting for room
+// (wire.StateHeld, see completeScript) is claimed with the decision
+// 'held' when it is the held request (its attempt is past the state's),
+// or that request reclaimed from a worker that is gone: the worker
+// dead-letters it, never runs it. Another request with its key (a lower
+// attempt) is 'finished', as for any key that failed an attempt.
+//
 // Returns one {decision, detail} per entry. Each entry is decided on its
 // own: a key of one entry's that holds a foreign value (WRONGTYPE) makes
 // its decision 'foreign', naming the key, and a deadline too far ahead
 // keeps its state MaxStateTTL; neither fails the others.
-var beginScript = newScript("begin", `
+var beginScript = newOOMScript("begin", `
 local now = now_ms()
 local stream, workers, group, worker = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local lease, margin, silence = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -49,13 +56,19 @@ for k = 1, (#KEYS - 2) / 2 do
       'lease', now + lease, 'attempt', attempt, 'claimed_ms', now)
     redis.call('PEXPIRE', st, ttl)
   end
-  local cur = redis.pcall('HMGET', st, 'state', 'worker', 'entry', 'lease', 'attempt', 'resp')
+  local cur = redis.pcall('HMGET', st, 'state', 'worker', 'entry', 'lease', 'attempt', 'resp', 'held')
   local foreign = wrong_type(cur)
   local state, owner
   if not foreign then state, owner = cur[1], cur[2] or 'unknown' end
   if state == 'DEAD' then state = nil end
   if foreign then
     out[k] = {'foreign', st}
+  elseif cur[7] and not replies and ((state == 'FAILED' and attempt > (tonumber(cur[5]) or 0))
+      or (state == 'PROCESSING' and cur[3] == entry and gone(owner, cur[4]))) then
+    -- the held request itself (held as its next attempt; another request
+    -- with its key is a duplicate, below): dead-letter it, never run it
+    claim()
+    out[k] = {'held', ''}
   elseif not state then
     if now >= deadline then
       redis.call('HSET', st, 'state', 'TIMEOUT', 'marked_ms', now)
@@ -134,6 +147,11 @@ const (
 	VerdictClosed Verdict = "closed"
 	// VerdictExpired: the deadline passed in the queue; marked TIMEOUT, retired.
 	VerdictExpired Verdict = "expired"
+	// VerdictHeld: an async request whose dead letter waits for room in a
+	// dead-letter stream at its cap (wire.StateHeld); claimed for this
+	// worker to dead-letter with the held letter (or hold again), never to
+	// run.
+	VerdictHeld Verdict = "held"
 	// VerdictForeign: a key of the entry's holds another kind of value than
 	// rpr keeps there (something other than rpr wrote under its prefix);
 	// nothing was written for it and it is still pending, for the worker

@@ -14,8 +14,9 @@ import (
 // TestEveryScriptRunsInOneClusterSlot runs every Lua script rpr has, built
 // by its typed builder with the keys rpr gives it for shard 2 of a sharded
 // service and the v2 lane, against a real Redis Cluster: none may fail
-// with CROSSSLOT (or touch a key of another slot). A script without a case
-// here fails the test, so new scripts are checked too.
+// with CROSSSLOT (or touch a key of another slot), in its plain form nor
+// in its flagged one. A script without a case here fails the test, so new
+// scripts are checked too.
 func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 	cluster := redistest.StartCluster(t)
 	rdb := cluster.Client(t)
@@ -64,7 +65,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 			return e
 		}().Call,
 		&func() *Complete {
-			c := NewComplete(req, worker, 1)
+			c := NewComplete(req, retry, worker, 10, 1)
 			// with a finished record and the id in the state, as a unary
 			// call of a server that keeps finished calls has, and an async
 			// request with a key of its own
@@ -87,7 +88,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		}().Call,
 		&NewArbiter(shard, req, keys.Cancels(service), "b", "b", entry2, wire.StateTimeout, time.Second).Call,
 		&NewReply(resp, []byte("resp")).Call,
-		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}).Call,
+		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}, 10).Call,
 		&func() *Enqueue {
 			e := NewEnqueue(req, retry)
 			e.Add(100, 0, []byte("x"))
@@ -126,6 +127,18 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		if err := c.Err(); err != nil && err != redis.Nil {
 			t.Errorf("script %s with keys %v: %v", c.script.name, c.keys, err)
 		}
+		if c.script.oom != nil {
+			// Its flagged form (Redis 7 checks a flagged script's keys
+			// against the slots they are in, and runs it at maxmemory)
+			c.Use(DialectFlags)
+			Run(ctx, rdb, c)
+			if err := c.Err(); err != nil && err != redis.Nil {
+				t.Errorf("script %s (flagged form) with keys %v: %v", c.script.name, c.keys, err)
+			}
+		}
+	}
+	if d, err := LoadScripts(ctx, rdb); err != nil || d != DialectFlags {
+		t.Errorf("LoadScripts on the cluster: %v, %v; want %v", d, err, DialectFlags)
 	}
 	for _, s := range scripts {
 		if !covered[s] {

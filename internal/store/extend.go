@@ -14,7 +14,7 @@ import "time"
 // Returns the entry ids this worker no longer holds (taken over by another
 // worker, or state gone or overwritten by a foreign value). A request this worker has just completed is not
 // lost: its completion may land between the caller's snapshot and this.
-var extendScript = newScript("extend", `
+var extendScript = newOOMScript("extend", `
 local now = now_ms()
 local lost = {}
 for i = 2, #KEYS do

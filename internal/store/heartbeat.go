@@ -21,7 +21,7 @@ import (
 //
 // Returns {seconds, microseconds, schema missing (1|0)}: Redis's TIME
 // and whether the schema must be published again.
-var heartbeatScript = newScript("heartbeat", `
+var heartbeatScript = newOOMScript("heartbeat", `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local info = cjson.decode(ARGV[2])

@@ -150,7 +150,7 @@ func TestCompleteBadKeysFailTheirEntryAlone(t *testing.T) {
 		w.rdb.HSet(w.ctx, st, "state", "PROCESSING", "worker", "w1", "entry", entries[i], "attempt", 1)
 	}
 	w.rdb.Set(w.ctx, states[1], "foreign", 0)
-	c := NewComplete(w.req, "w1", 3)
+	c := NewComplete(w.req, w.shard.Retries(""), "w1", 0, 3)
 	for i, target := range []string{w.squatted, w.here, w.here} {
 		c.Add(&Completion{Action: ActionReply, EntryID: entries[i], State: states[i], Final: "SUCCESS",
 			TTL: time.Duration(math.MaxInt64), Response: []byte("resp"), Target: target})

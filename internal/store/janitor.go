@@ -15,7 +15,7 @@ import "time"
 //	ARGV[1] idle ms after which an empty consumer is forgotten
 //
 // Returns {entries trimmed, consumers forgotten}.
-var janitorScript = newScript("janitor", `
+var janitorScript = newOOMScript("janitor", `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')

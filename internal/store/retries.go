@@ -12,7 +12,7 @@ import "time"
 //	ARGV[1] most entries to move in one run
 //
 // Returns {moved, ms until the next entry is due (-1 when none is left)}.
-var moveDueScript = newScript("move_due", `
+var moveDueScript = newOOMScript("move_due", `
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, env in ipairs(due) do

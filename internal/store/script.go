@@ -61,28 +61,95 @@ end
 type script struct {
 	name string
 	lua  *redis.Script
+	// oom is the script's flagged form (oomShebang first), which Redis 7
+	// runs when it is at its maxmemory; nil for a script that must be
+	// refused there (see Dialect).
+	oom *redis.Script
 }
+
+// oomShebang is the first line of a script's flagged form: Redis 7 runs
+// such a script, writes included, when it is over its maxmemory, where it
+// refuses a script without flags at its first write that may add memory.
+// A flagged script must name every key it touches in KEYS (rpr's do).
+const oomShebang = "#!lua flags=allow-oom\n"
 
 // scripts lists every script, for LoadScripts.
 var scripts []*script
 
 // newScript registers the script called name with body (after the
-// prelude).
+// prelude). Redis refuses it at its maxmemory like any write: the scripts
+// that add new data (a request, a limiter's counters) are these.
 func newScript(name, body string) *script {
 	s := &script{name: name, lua: redis.NewScript(prelude + body)}
 	scripts = append(scripts, s)
 	return s
 }
 
+// newOOMScript registers the script called name with body, like
+// newScript, with a flagged form too: the scripts that keep a service
+// live and let a backlog drain (heartbeats, claims, completions, lease
+// extensions, the janitor, the retry mover, dead-lettering) run on Redis 7
+// when Redis is at its maxmemory, since running them is what frees memory
+// there (a completion deletes its request's entry).
+func newOOMScript(name, body string) *script {
+	s := newScript(name, body)
+	s.oom = redis.NewScript(oomShebang + prelude + body)
+	return s
+}
+
+// Dialect is the form of rpr's scripts a Redis deployment runs, as
+// LoadScripts found it: DialectFlags on Redis 7 and later, which reads a
+// script's flags from its first line, so that the scripts registered with
+// newOOMScript keep working when Redis is at its maxmemory (with
+// maxmemory-policy noeviction); DialectPlain on Redis 6.2, where every
+// script runs in its plain form and Redis at its maxmemory refuses them
+// all at their first write, heartbeats and claims included. The zero value
+// is DialectPlain, which every Redis runs.
+type Dialect uint8
+
+// The dialects (see Dialect).
+const (
+	DialectPlain Dialect = iota
+	DialectFlags
+)
+
+// String names the dialect for logs.
+func (d Dialect) String() string {
+	if d == DialectFlags {
+		return "flags (Redis 7+)"
+	}
+	return "plain (no script flags: Redis 6.2)"
+}
+
 // LoadScripts loads every script into Redis's script cache, so that the
-// first calls need not fall back to EVAL.
-func LoadScripts(ctx context.Context, c redis.Scripter) error {
+// first calls need not fall back to EVAL, and reports the dialect the
+// deployment runs: DialectFlags when it accepts the scripts' flagged forms
+// (Redis 7), DialectPlain when it cannot compile them (Redis 6.2).
+func LoadScripts(ctx context.Context, c redis.Scripter) (Dialect, error) {
 	for _, s := range scripts {
 		if err := s.lua.Load(ctx, c).Err(); err != nil {
-			return fmt.Errorf("load Lua script %s: %w", s.name, err)
+			return DialectPlain, fmt.Errorf("load Lua script %s: %w", s.name, err)
 		}
 	}
-	return nil
+	for _, s := range scripts {
+		if s.oom == nil {
+			continue
+		}
+		err := s.oom.Load(ctx, c).Err()
+		if isCompileError(err) {
+			return DialectPlain, nil
+		}
+		if err != nil {
+			return DialectPlain, fmt.Errorf("load Lua script %s (flagged form): %w", s.name, err)
+		}
+	}
+	return DialectFlags, nil
+}
+
+// isCompileError reports Redis's answer to a script it cannot compile:
+// what Redis 6.2 answers to a script whose first line is a shebang.
+func isCompileError(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Error compiling script")
 }
 
 // Call is one run of a script: the keys and arguments its typed builder
@@ -93,21 +160,45 @@ type Call struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
+	// flagged: Queue and Recover send the script's flagged form (Use).
+	flagged bool
+}
+
+// Use makes the call run in the form dialect d runs: with DialectFlags a
+// script registered to keep working at maxmemory sends its flagged form;
+// any other call is unchanged. Servers use it on every call they make;
+// without it a call sends its plain form.
+func (c *Call) Use(d Dialect) {
+	c.flagged = d == DialectFlags && c.script.oom != nil
+}
+
+// form returns the script text the call sends.
+func (c *Call) form() *redis.Script {
+	if c.flagged {
+		return c.script.oom
+	}
+	return c.script.lua
 }
 
 // Queue sends the call with EVALSHA through c: a pipeline, or a client
 // for a call on its own.
 func (c *Call) Queue(ctx context.Context, p redis.Scripter) redis.Cmder {
-	c.cmd = c.script.lua.EvalSha(ctx, p, c.keys, c.args...)
+	c.cmd = c.form().EvalSha(ctx, p, c.keys, c.args...)
 	return c.cmd
 }
 
 // Recover runs the call again with EVAL, which also loads the script,
 // when its EVALSHA found the script missing (NOSCRIPT: Redis restarted or
 // failed over since the scripts were loaded). Every call is recovered
-// here and nowhere else.
+// here and nowhere else. A flagged form Redis cannot compile (it was
+// replaced by a Redis 6.2) runs again in its plain form.
 func (c *Call) Recover(ctx context.Context, rdb redis.Scripter) {
-	if c.cmd != nil && isNoScript(c.cmd.Err()) {
+	if c.cmd == nil || !isNoScript(c.cmd.Err()) {
+		return
+	}
+	c.cmd = c.form().Eval(ctx, rdb, c.keys, c.args...)
+	if c.flagged && isCompileError(c.cmd.Err()) {
+		c.flagged = false
 		c.cmd = c.script.lua.Eval(ctx, rdb, c.keys, c.args...)
 	}
 }

@@ -139,7 +139,7 @@ func (s *SendFrames) Result() (int64, error) {
 // empty stream: the key the callers' XADD NOMKSTREAM writes to.
 //
 //	KEYS[1] the inbox   ARGV[1] TTL ms
-var openInboxScript = newScript("open_inbox", `
+var openInboxScript = newOOMScript("open_inbox", `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XADD', KEYS[1], 'MAXLEN', '0', '*', 'created', '1')
 end

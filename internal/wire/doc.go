@@ -120,6 +120,14 @@
 // DEAD. A success leaves the state SUCCESS for the idempotency window, so
 // another request with the key is not run again.
 //
+// Servers keep each T:dlq under a cap (their worker records announce it as
+// max_dead_letters) and never trim it. A dead letter for a T:dlq at the cap
+// is held: the request is put back in the retry set with Attempt + 1, its
+// state FAILED with the letter's fields in StateHeld; a worker that reads
+// it again dead-letters it with those fields (or holds it again) and never
+// runs it. An entry that cannot be decoded stays pending in the request
+// stream until T:dlq has room.
+//
 // # Streams
 //
 // A streaming call is opened by a Request of Kind KindStream and Version

@@ -9,6 +9,10 @@ package wire
 //	(absent) --caller gives up--> TIMEOUT | CANCELLED
 //	async, after the last attempt: DEAD (dead-lettered; a new request
 //	with the key may run)
+//	async, after the last attempt while the dead-letter stream is at its
+//	cap: FAILED with StateHeld (the letter waits; the request is in the
+//	retry set as its next attempt and is dead-lettered, not run, when it
+//	comes back and there is room)
 //
 // Whoever moves the state out of absent first wins: that is what makes
 // "not executed" provable. All times are Redis's own (TIME).
@@ -39,4 +43,10 @@ const (
 	// hash holds, when the hash is named by an idempotency key the caller
 	// chose (for the default key, the request id, it is left out).
 	StateID = "id"
+	// StateHeld holds the fields of an async request's dead letter (a
+	// JSON array of field/value pairs, as DeadLetter.Pairs) while the
+	// dead-letter stream is at its cap (ServerOptions.MaxDeadLetters);
+	// absent otherwise. A worker that takes such a request dead-letters it
+	// with these fields instead of running it.
+	StateHeld = "held"
 )

@@ -34,6 +34,10 @@ type Worker struct {
 	// unary call it answers (ms); absent when it keeps none, as workers of
 	// releases before it do not.
 	RetentionMs int64 `json:"retention_ms,omitempty"`
+	// MaxDeadLetters is the cap the worker keeps each dead-letter stream
+	// of the service under (ServerOptions.MaxDeadLetters); absent when it
+	// keeps none, as workers of releases before it do not.
+	MaxDeadLetters int64 `json:"max_dead_letters,omitempty"`
 }
 
 // Serves reports whether the worker serves method (a method's short
