@@ -410,14 +410,9 @@ func (o *openStreams) list() []*serverStream {
 	return out
 }
 
-// cancel cancels stream id's handler with cause; false when it is not
-// open here.
-func (o *openStreams) cancel(id string, cause error) bool {
-	return o.cancelIf(id, cause, nil)
-}
-
-// cancelIf is cancel for a stream whose caller allowed (nil: always) says
-// may cancel it.
+// cancelIf cancels stream id's handler with cause if allowed (nil:
+// always) says its caller may; false when it is not open here or not
+// cancelled.
 func (o *openStreams) cancelIf(id string, cause error, allowed func(caller string, key *wire.CallerKey) bool) bool {
 	ss := o.get(id)
 	if ss == nil || (allowed != nil && !allowed(ss.req.caller, ss.req.key)) {
