@@ -37,6 +37,9 @@ const (
 // exitCases has a row for every command rpr has: TestExitStatusTable
 // fails for a command without one, so no command escapes the rule.
 var exitCases = map[string]exitCase{
+	"acl caller":            {args: []string{greeterService}, bad: []string{}, noRedis: true},
+	"acl operator":          {bad: []string{greeterService}, noRedis: true},
+	"acl server":            {args: []string{greeterService}, bad: []string{}, noRedis: true},
 	"bench":                 {bad: []string{"extra", "words"}, unknown: []string{unknownSvc + "/Run"}},
 	"call":                  {args: []string{greeterService + "/SayHello", "{}"}, bad: []string{}, unknown: []string{unknownSvc + "/SayHello", "{}"}},
 	"completion bash":       {bad: []string{"x"}, noRedis: true},
@@ -54,6 +57,7 @@ var exitCases = map[string]exitCase{
 	"forget":                {args: []string{greeterService}, bad: []string{}, unknown: []string{unknownSvc}},
 	"health":                {args: []string{greeterService}, bad: []string{}, unknown: []string{unknownSvc}},
 	"help":                  {bad: []string{"nosuch"}, noRedis: true},
+	"keys new":              {args: []string{"billing"}, bad: []string{"bad/name"}, noRedis: true},
 	"ingress":               {args: []string{"--listen", "127.0.0.1:0"}, bad: []string{"x"}},
 	"limits ls":             {args: []string{greeterService}, bad: []string{}, unknown: []string{unknownSvc}},
 	"limits rm":             {args: []string{greeterService, "free"}, bad: []string{greeterService}, unknown: []string{unknownSvc, "free"}},

@@ -22,9 +22,8 @@ func newKeysCommand() *cobra.Command {
 	keys := &cobra.Command{
 		Use:   "keys",
 		Short: "Make caller secrets for authenticated callers (tunnel.Credentials, tunnel.Trust)",
-		Args:  usageArgs(0, 0, "rpr keys new CALLER"),
 	}
-	keys.AddCommand(&cobra.Command{
+	return commandGroup(keys, "new", &cobra.Command{
 		Use:   "new CALLER",
 		Short: "Print a new random secret for CALLER, as a line of a trust file",
 		Long: `Print a new random 32-byte secret for CALLER as one line of a trust file:
@@ -50,7 +49,6 @@ Keep the secret like a password: whoever has it can call as CALLER.`,
 			return nil
 		},
 	})
-	return keys
 }
 
 // callerFlags are --caller, --caller-secret-file and --seal.
