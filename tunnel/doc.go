@@ -42,6 +42,14 @@
 // own lines (failed dials, Sentinel and Cluster changes) join them when
 // the program installs NewRedisLogger with redis.SetLogger.
 //
+// Whoever can write to a service's request stream can call it, unless its
+// servers take only authenticated callers: a Client with
+// ClientOptions.Credentials signs (and with Seal encrypts) what it
+// writes, a Server with ServerOptions.Trust verifies it before anything
+// runs, authorizes the method for the caller (Grant), gives the handler
+// the caller's name (CallerOf) and signs its answer, which the client
+// checks.
+//
 // A failed call's error reads "rpr: CODE: pkg.Service/Method [request id]:
 // what happened", whichever side made it; Error.Message is the text alone,
 // as the handler wrote it.
