@@ -481,24 +481,19 @@ func TestTrustSignedStreams(t *testing.T) {
 	}
 }
 
-// TestTrustSealedAsyncRequestRetries: a retry writes the sealed, signed
-// request again as it came, and the next attempt verifies and opens it.
-func TestTrustSealedAsyncRequestRetries(t *testing.T) {
-	w := newTrustWorld(t, vaultTrust())
-	alice := w.client("alice-1", &tunnel.Credentials{Caller: "alice", Secret: aliceSecret, Seal: true})
-	if _, err := alice.Enqueue(context.Background(), vaultMethodDesc("Order"), wrapperspb.String("flaky")); err != nil {
+func TestTrustStreamNotGranted(t *testing.T) {
+	trust := &tunnel.Trust{Callers: map[string][]byte{"alice": aliceSecret},
+		Allow: []tunnel.Grant{{Caller: "alice", Method: streamMethod("Count").FullMethod()}}}
+	e := newStreamEnv(t, tunnel.ServerOptions{Trust: trust}, tunnel.ClientOptions{Credentials: &tunnel.Credentials{Caller: "alice", Secret: aliceSecret}})
+	s, err := e.client.NewStream(context.Background(), streamMethod("Sum"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second attempt to run", func() bool { return w.vault.count("Order") == 2 })
-	waitFor(t, "the queue to drain", func() bool {
-		n, _ := w.rdb.XLen(context.Background(), "rpr:v1:{"+trustService+"}:req").Result()
-		r, _ := w.rdb.ZCard(context.Background(), "rpr:v1:{"+trustService+"}:retry").Result()
-		return n == 0 && r == 0
-	})
-	if n, caller := w.vault.count("Order"), w.vault.callers["Order"]; n != 2 || caller != "alice" {
-		t.Errorf("Order ran %d times, last for %q; want 2, for alice", n, caller)
+	sum := &tunnel.GenericClientStream[sv, sv]{ClientStream: s}
+	if err = sum.Send(wrapperspb.String("1")); err == nil {
+		_, err = sum.CloseAndRecv()
 	}
-	if dl, _ := w.rdb.XLen(context.Background(), "rpr:v1:{"+trustService+"}:dlq").Result(); dl != 0 {
-		t.Errorf("%d dead letters", dl)
+	if tunnel.CodeOf(err) != tunnel.PermissionDenied || !strings.Contains(err.Error(), `caller "alice" may not call this method`) {
+		t.Errorf("a stream alice is not granted: err = %v, want PERMISSION_DENIED", err)
 	}
 }
