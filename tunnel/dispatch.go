@@ -36,8 +36,11 @@ type serveRun struct {
 	slots  chan struct{} // one token per entry being handled
 	// quietReaders counts the queues whose last read returned nothing;
 	// their readers hold one slot, so readShare divides the slots among
-	// the others.
+	// the others. contendedAt and contendedBy say when, and for which
+	// queue, a reader last had to wait for a slot (see acquire).
 	quietReaders atomic.Int64
+	contendedAt  atomic.Int64 // unix nanoseconds
+	contendedBy  atomic.Pointer[queue]
 	handlers     sync.WaitGroup
 	pool         *handlerPool // the goroutines handlers run on
 	completions  *batcher     // dead letters and answers to undecodable requests
@@ -137,16 +140,14 @@ func (r *serveRun) read(rd *reader) {
 	readCtx := context.WithoutCancel(ctx)
 	interval := s.reclaimInterval()
 	for {
-		select {
-		case r.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !r.acquire(ctx, q) {
 			return
 		}
 		want := r.readShare()
 		if rd.quiet {
 			want = 1
 		}
-		slots := 1 + r.takeSlots(want-1)
+		slots := 1 + r.takeSlots(q, want-1)
 		if time.Now().After(rd.nextReclaim) {
 			var used int
 			rd.reclaimFrom, used = r.reclaimOnce(readCtx, q, rd.reclaimFrom, slots)
@@ -169,7 +170,7 @@ func (r *serveRun) read(rd *reader) {
 		for _, st := range streams {
 			msgs = append(msgs, st.Messages...)
 		}
-		r.releaseSlots(slots - len(msgs))
+		r.releaseSlots(q, slots-len(msgs))
 		if quiet := len(msgs) == 0; quiet != rd.quiet {
 			rd.quiet = quiet
 			r.quietReaders.Add(map[bool]int64{true: 1, false: -1}[quiet])
@@ -224,7 +225,7 @@ func (r *serveRun) runJob(job handlerJob) {
 		return
 	}
 	defer func() {
-		r.releaseSlots(1)
+		r.releaseSlots(job.queue, 1)
 		r.handlers.Done()
 	}()
 	r.handle(job.queue, job.req, job.decision)
@@ -238,37 +239,6 @@ func (r *serveRun) recreateGroup(ctx context.Context, q *queue) {
 	err := r.server.rdb.XGroupCreateMkStream(ctx, q.requests, store.WorkersGroup, "0").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		r.server.log.Warn("rpr: recreate consumer group", "stream", q.requests, "error", err)
-	}
-}
-
-// takeSlots takes up to n free handler slots without waiting.
-func (r *serveRun) takeSlots(n int) int {
-	for i := range n {
-		select {
-		case r.slots <- struct{}{}:
-		default:
-			return i
-		}
-	}
-	return n
-}
-
-// readShare is how many handler slots one queue's read may hold: the
-// batch size, but no more than the queue's share of the slots left by the
-// quiet queues' readers (which hold one each), so that one busy queue
-// never holds the slots another busy queue's requests wait for (a server
-// of two services, or of several shards), and quiet ones cost the busy
-// ones nothing.
-func (r *serveRun) readShare() int {
-	queues := int64(max(r.queues.count(), 1))
-	quiet := min(r.quietReaders.Load(), queues-1)
-	n := queues - quiet
-	return max(1, min(r.server.opts.BatchSize, (cap(r.slots)-int(quiet))/int(n)))
-}
-
-func (r *serveRun) releaseSlots(n int) {
-	for range n {
-		<-r.slots
 	}
 }
 
@@ -300,9 +270,9 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		}
 		switch {
 		case req == nil:
-			r.releaseSlots(1)
+			r.releaseSlots(q, 1)
 		case req.method == nil && r.handOff(ctx, q, req, hops):
-			r.releaseSlots(1)
+			r.releaseSlots(q, 1)
 		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline && r.server.trust.replaySafe(req):
 			req.fast = true // no state hash: req.state stays ""
 			if mine != nil {
@@ -332,7 +302,7 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		// The entries stay pending; the reclaimer offers them again once
 		// they have been idle for a lease.
 		r.server.log.Warn("rpr: could not begin requests; they will be reclaimed", "count", len(batch), "error", err)
-		r.releaseSlots(len(batch))
+		r.releaseSlots(q, len(batch))
 		return nil
 	}
 	for i, req := range batch {
@@ -365,7 +335,7 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		default:
 			log.Error("rpr: unknown begin decision", "decision", d.Verdict)
 		}
-		r.releaseSlots(1)
+		r.releaseSlots(q, 1)
 	}
 	return nil
 }

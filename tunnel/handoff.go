@@ -151,14 +151,12 @@ func (r *serveRun) takeHandoff(ctx context.Context, h wire.Handoff) {
 		s.log.Warn("rpr: handed a request of a stream this worker does not read; it stays pending until reclaimed", "stream", h.Stream, "entry", h.Entry)
 		return
 	}
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
+	if !r.acquire(ctx, q) {
 		return // stays pending: reclaimed once this worker is gone
 	}
 	msgs, err := s.rdb.XRangeN(context.WithoutCancel(ctx), h.Stream, h.Entry, h.Entry, 1).Result()
 	if err != nil || len(msgs) == 0 {
-		r.releaseSlots(1)
+		r.releaseSlots(q, 1)
 		if err != nil && !errors.Is(err, redis.Nil) {
 			s.log.Warn("rpr: read a handed request; it stays pending until reclaimed", "stream", h.Stream, "entry", h.Entry, "error", err)
 		}

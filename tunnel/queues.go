@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,6 +22,10 @@ type queue struct {
 	keys     store.Shard
 	requests string // the lane's request stream
 	retries  string // the lane's retry set
+	// held counts the handler slots the queue's requests hold, and freed
+	// is signalled when it gives one back (see acquire).
+	held  atomic.Int64
+	freed chan struct{}
 }
 
 // stateKey is the state hash of one of the queue's requests.
@@ -35,6 +40,7 @@ func (s *Server) newQueue(svc *serverService, shard int) *queue {
 		keys:          keys,
 		requests:      keys.Requests(s.opts.Lane),
 		retries:       keys.Retries(s.opts.Lane),
+		freed:         make(chan struct{}, 1),
 	}
 }
 
