@@ -79,10 +79,9 @@ type received struct {
 	// takenFrom names the worker an entry was reclaimed from ("unknown"
 	// when Redis did not say); "" for an entry read afresh.
 	takenFrom string
-	// caller is the verified caller of a signed request and key its key
-	// (ServerOptions.Trust); "" and nil for an unsigned one.
-	caller string
-	key    *wire.CallerKey
+	// key is the key that verified a signed request's caller
+	// (ServerOptions.Trust, see caller); nil for an unsigned one.
+	key *wire.CallerKey
 	// denied is the PERMISSION_DENIED error the request gets instead of
 	// its handler when its caller may not call its method.
 	denied error
@@ -387,8 +386,8 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	defer cancel()
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
-	ctx = withCaller(ctx, req.caller)
-	r.running.add(req.env.ID, &runningRequest{queue: q, entryID: req.entryID, fast: req.fast, state: req.state, cancel: cancelCause, caller: req.caller, key: req.key})
+	ctx = withCaller(ctx, req.caller())
+	r.running.add(req.env.ID, &runningRequest{queue: q, received: req, cancel: cancelCause})
 	defer r.running.remove(req.env.ID)
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
@@ -452,7 +451,7 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 		return fail(Errorf(FailedPrecondition, "%s [%s]: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.Method, env.ID, req.method.Async, env.Kind == wire.KindAsync))
 	}
 	if req.denied != nil {
-		log.Warn("rpr: caller not allowed to call the method; refused", "caller", req.caller)
+		log.Warn("rpr: caller not allowed to call the method; refused", "caller", req.caller())
 		return fail(req.denied)
 	}
 	if len(env.Payload) > s.opts.MaxRequestBytes {

@@ -58,7 +58,7 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		}
 		return nil
 	}
-	caller, key, refused := s.trust.admit(env)
+	key, refused := s.trust.admit(env)
 	if refused != nil {
 		r.refuseUnread(q, msg.ID, raw, refused.code, refused.reason)
 		return nil
@@ -72,11 +72,11 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
 	}
-	req := &received{entryID: msg.ID, raw: raw, env: env, deadline: env.Deadline, caller: caller, key: key}
+	req := &received{entryID: msg.ID, raw: raw, env: env, deadline: env.Deadline, key: key}
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
 		req.method = q.methods[methodName]
 	}
-	req.denied = s.trust.authorize(caller, env.Method, env.ID)
+	req.denied = s.trust.authorize(req.caller(), env.Method, env.ID)
 	if env.Kind == wire.KindAsync {
 		req.state = q.stateKey(env.StateName())
 		req.deadline = s.clock.toRedis(time.Now().Add(asyncTimeout(env, req.method)))

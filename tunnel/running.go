@@ -12,18 +12,11 @@ import (
 
 // runningRequest is a request a worker has claimed and not yet completed.
 type runningRequest struct {
-	queue   *queue
-	entryID string
-	fast    bool // on the fast path: no state hash
-	// state is the request's state hash (named by the idempotency key for
-	// an async request, so not always derivable from the request id); ""
-	// on the fast path.
-	state  string
+	queue *queue
+	// received is the request: its entry, its state hash ("" on the fast
+	// path) and its verified caller, who alone may cancel it.
+	*received
 	cancel context.CancelCauseFunc
-	// caller and key are the request's verified caller and its key ("",
-	// nil when unsigned): only that caller may cancel it.
-	caller string
-	key    *wire.CallerKey
 }
 
 // runningSet tracks a worker's claimed requests by request id, for lease
@@ -68,7 +61,7 @@ func (rs *runningSet) cancelIf(id string, cause error, allowed func(caller strin
 	rs.mu.Lock()
 	req := rs.m[id]
 	rs.mu.Unlock()
-	if req == nil || (allowed != nil && !allowed(req.caller, req.key)) {
+	if req == nil || (allowed != nil && !allowed(req.caller(), req.key)) {
 		return false
 	}
 	req.cancel(cause)

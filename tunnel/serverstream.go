@@ -232,7 +232,7 @@ func (r *serveRun) startStream(q *queue, req *received) {
 		ss.recv.closeAfter(int64(env.Messages))
 	}
 	info := &handlerInfo{header: req.handlerHeader(), id: env.ID, attempt: env.Attempt}
-	ss.ctx = withHandlerInfo(withCaller(ctx, req.caller), info)
+	ss.ctx = withHandlerInfo(withCaller(ctx, req.caller()), info)
 	r.streams.set(env.ID, ss)
 
 	accept, err := wire.EncodeFrame(&wire.Frame{Version: wire.StreamVersion, ID: env.ID, Type: wire.FrameAccept,
@@ -415,7 +415,7 @@ func (o *openStreams) list() []*serverStream {
 // cancelled.
 func (o *openStreams) cancelIf(id string, cause error, allowed func(caller string, key *wire.CallerKey) bool) bool {
 	ss := o.get(id)
-	if ss == nil || (allowed != nil && !allowed(ss.req.caller, ss.req.key)) {
+	if ss == nil || (allowed != nil && !allowed(ss.req.caller(), ss.req.key)) {
 		return false
 	}
 	ss.cancel(cause)

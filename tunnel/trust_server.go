@@ -2,7 +2,8 @@ package tunnel
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/rprtunnel/rpr/internal/wire"
@@ -100,14 +101,7 @@ func newTrustedCallers(t *Trust) (*trustedCallers, error) {
 	return tc, nil
 }
 
-func (tc *trustedCallers) names() []string {
-	names := make([]string, 0, len(tc.keys))
-	for name := range tc.keys {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
-}
+func (tc *trustedCallers) names() []string { return slices.Sorted(maps.Keys(tc.keys)) }
 
 // refusal is why a server will not run a request it read: the code its
 // caller gets (unsigned, as the caller is not verified) and the reason,
@@ -123,31 +117,31 @@ type refusal struct {
 // for an unsigned one that may run, or why the request is refused. env
 // is left as it travels (a retry writes it again, signature and all);
 // the handler sees the caller in its headers through handlerHeader.
-func (tc *trustedCallers) admit(env *wire.Request) (caller string, key *wire.CallerKey, refused *refusal) {
+func (tc *trustedCallers) admit(env *wire.Request) (key *wire.CallerKey, refused *refusal) {
 	signed := env.Sig != nil
 	switch {
 	case tc == nil && !signed:
-		return "", nil, nil
+		return nil, nil
 	case tc == nil:
-		return "", nil, &refusal{FailedPrecondition, fmt.Sprintf("the request is signed by caller %q, but this server has no ServerOptions.Trust, so it can neither verify it nor sign its answer: give the server Trust with that caller's secret", env.Caller)}
+		return nil, &refusal{FailedPrecondition, fmt.Sprintf("the request is signed by caller %q, but this server has no ServerOptions.Trust, so it can neither verify it nor sign its answer: give the server Trust with that caller's secret", env.Caller)}
 	case !signed && tc.allowUnsigned:
-		return "", nil, nil
+		return nil, nil
 	case !signed:
-		return "", nil, &refusal{Unauthenticated, "the request is not signed, and this server takes only signed requests (ServerOptions.Trust): give the client ClientOptions.Credentials"}
+		return nil, &refusal{Unauthenticated, "the request is not signed, and this server takes only signed requests (ServerOptions.Trust): give the client ClientOptions.Credentials"}
 	}
 	key = tc.keys[env.Caller]
 	switch {
 	case key == nil:
-		return "", nil, &refusal{Unauthenticated, fmt.Sprintf("caller %q is not one this server trusts (ServerOptions.Trust.Callers)", env.Caller)}
+		return nil, &refusal{Unauthenticated, fmt.Sprintf("caller %q is not one this server trusts (ServerOptions.Trust.Callers)", env.Caller)}
 	case !key.VerifyRequest(env):
-		return "", nil, &refusal{Unauthenticated, fmt.Sprintf("the signature of caller %q does not verify: the client's secret is not the one the server has for it, or the request was altered", env.Caller)}
+		return nil, &refusal{Unauthenticated, fmt.Sprintf("the signature of caller %q does not verify: the client's secret is not the one the server has for it, or the request was altered", env.Caller)}
 	}
 	if env.Sealed != nil {
 		if err := key.OpenRequest(env); err != nil {
-			return "", nil, &refusal{InvalidArgument, fmt.Sprintf("caller %q: %v", env.Caller, err)}
+			return nil, &refusal{InvalidArgument, fmt.Sprintf("caller %q: %v", env.Caller, err)}
 		}
 	}
-	return env.Caller, key, nil
+	return key, nil
 }
 
 // authorize returns the PERMISSION_DENIED error for a verified caller that
@@ -178,17 +172,25 @@ func (req *received) encodeResponse(resp *wire.Response) ([]byte, error) {
 	return wire.EncodeResponse(resp)
 }
 
+// caller is the request's verified caller; "" for an unsigned request.
+func (req *received) caller() string {
+	if req.key == nil {
+		return ""
+	}
+	return req.env.Caller
+}
+
 // handlerHeader is the request metadata the handler sees: the caller's,
 // with x-rpr-caller set to the verified caller when there is one.
 func (req *received) handlerHeader() Metadata {
-	if req.caller == "" {
+	if req.key == nil {
 		return Metadata(req.env.Header)
 	}
-	md := make(Metadata, len(req.env.Header)+1)
-	for k, v := range req.env.Header {
-		md[k] = v
+	md := maps.Clone(Metadata(req.env.Header))
+	if md == nil {
+		md = Metadata{}
 	}
-	md[CallerHeader] = []string{req.caller}
+	md[CallerHeader] = []string{req.env.Caller}
 	return md
 }
 

@@ -12,6 +12,7 @@ import (
 	"hash"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -137,21 +138,12 @@ func (k *CallerKey) VerifyCancel(service, id, sig string) bool {
 // ParseCancel splits a message of the cancel channel: a request id alone
 // (an unauthenticated caller's), or "id caller signature" (CancelMessage).
 func ParseCancel(msg string) (id, caller, sig string) {
-	id, rest, signed := cutSpace(msg)
+	id, rest, signed := strings.Cut(msg, " ")
 	if !signed {
 		return msg, "", ""
 	}
-	caller, sig, _ = cutSpace(rest)
+	caller, sig, _ = strings.Cut(rest, " ")
 	return id, caller, sig
-}
-
-func cutSpace(s string) (before, after string, found bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == ' ' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 func cancelSigned(service, id string) []byte {
