@@ -94,25 +94,9 @@ func TestBacklogDrainsAtMaxmemory(t *testing.T) {
 
 	start := time.Now()
 	close(release)
-	waitLong(t, 60*time.Second, "the backlog to drain at maxmemory", func() bool {
-		s, r := w.queued()
-		return w.jobs.distinct() == oomBacklog && s == 0 && r == 0
-	}, func() string {
-		s, r := w.queued()
-		return fmt.Sprintf("%d of %d run, %d in the stream, %d to retry; server log:\n%s", w.jobs.distinct(), oomBacklog, s, r, tail(w.logs.String(), 5))
-	})
+	awaitBacklogDrained(t, w, 0)
 	t.Logf("drained %d requests at maxmemory in %v (%.0f/s)", oomBacklog, time.Since(start), oomBacklog/time.Since(start).Seconds())
-	for i := range oomBacklog {
-		if n := w.jobs.count(strconv.Itoa(i) + pad); n != 1 {
-			t.Errorf("request %d ran %d times, want once", i, n)
-		}
-	}
-	if n := w.jobs.count("refused"); n != 0 {
-		t.Errorf("the request refused at maxmemory ran %d times", n)
-	}
-	if dl := w.deadLetters(); len(dl) != 0 {
-		t.Errorf("%d dead letters, want none", len(dl))
-	}
+	checkBacklogRanOnce(t, w, pad)
 	if used := usedMemory(t, w.rdb); used >= limit {
 		t.Errorf("Redis uses %d bytes after the drain, still at its maxmemory %d", used, limit)
 	}
@@ -211,27 +195,11 @@ func TestServerStartsAtMaxmemory(t *testing.T) {
 	}
 	since := redisTimeMs(t, w.rdb)
 	w.serve(tunnel.ServerOptions{Logger: w.logger()})
-	waitLong(t, 60*time.Second, "the backlog to drain at maxmemory", func() bool {
-		s, r := w.queued()
-		return w.jobs.distinct() == oomBacklog+1 && s == 0 && r == 0
-	}, func() string {
-		s, r := w.queued()
-		return fmt.Sprintf("%d of %d run, %d in the stream, %d to retry; server log:\n%s", w.jobs.distinct()-1, oomBacklog, s, r, tail(w.logs.String(), 5))
-	})
+	awaitBacklogDrained(t, w, 1)
 	if beat := lastBeatMs(t, w.rdb, jobsService); beat <= since {
 		t.Errorf("no heartbeat since the server started at maxmemory (last %d ms before)", since-beat)
 	}
-	for i := range oomBacklog {
-		if n := w.jobs.count(strconv.Itoa(i) + pad); n != 1 {
-			t.Errorf("request %d ran %d times, want once", i, n)
-		}
-	}
-	if n := w.jobs.count("refused"); n != 0 {
-		t.Errorf("the request refused at maxmemory ran %d times", n)
-	}
-	if dl := w.deadLetters(); len(dl) != 0 {
-		t.Errorf("%d dead letters, want none", len(dl))
-	}
+	checkBacklogRanOnce(t, w, pad)
 }
 
 // TestStrandedBacklogIsReclaimedWhole: requests left pending under a
@@ -270,5 +238,36 @@ func TestStrandedBacklogIsReclaimedWhole(t *testing.T) {
 		if c := w.jobs.count(strconv.Itoa(i)); c != 1 {
 			t.Errorf("request %d ran %d times, want once", i, c)
 		}
+	}
+}
+
+// awaitBacklogDrained waits until the oomBacklog requests and others more
+// have run and nothing is left in the stream or the retry set.
+func awaitBacklogDrained(t *testing.T, w *asyncWorld, others int) {
+	t.Helper()
+	waitLong(t, 60*time.Second, "the backlog to drain at maxmemory", func() bool {
+		s, r := w.queued()
+		return w.jobs.distinct() == oomBacklog+others && s == 0 && r == 0
+	}, func() string {
+		s, r := w.queued()
+		return fmt.Sprintf("%d of %d run, %d in the stream, %d to retry; server log:\n%s", w.jobs.distinct()-others, oomBacklog, s, r, tail(w.logs.String(), 5))
+	})
+}
+
+// checkBacklogRanOnce checks that each of the oomBacklog requests (values
+// "0"+pad, "1"+pad, ...) ran exactly once, that the request Redis refused
+// never ran, and that nothing was dead-lettered.
+func checkBacklogRanOnce(t *testing.T, w *asyncWorld, pad string) {
+	t.Helper()
+	for i := range oomBacklog {
+		if n := w.jobs.count(strconv.Itoa(i) + pad); n != 1 {
+			t.Errorf("request %d ran %d times, want once", i, n)
+		}
+	}
+	if n := w.jobs.count("refused"); n != 0 {
+		t.Errorf("the request refused at maxmemory ran %d times", n)
+	}
+	if dl := w.deadLetters(); len(dl) != 0 {
+		t.Errorf("%d dead letters, want none", len(dl))
 	}
 }

@@ -3,7 +3,6 @@ package tunnel_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -55,14 +54,7 @@ func TestV1ServerRefusesStreamsClearly(t *testing.T) {
 	rdb := rs.Client(t)
 	ctx := context.Background()
 	const service = "examples.greeter.v1.Greeter"
-	now, err := rdb.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, "rpr:v1:{"+service+"}:workers", "v1-server",
-		fmt.Sprintf(`{"host":"h","pid":1,"started_ms":1,"beat_ms":%d}`, now.UnixMilli())).Err(); err != nil {
-		t.Fatal(err)
-	}
+	beatAs(t, rdb, service, "v1-server")
 	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -84,22 +76,9 @@ func TestV1ServerRefusesStreamsClearly(t *testing.T) {
 		sent, err = rdb.XRange(ctx, "rpr:v1:{"+service+"}:req", "-", "+").Result()
 		return err == nil && len(sent) == 1
 	})
-	got, err := wire.DecodeRequest([]byte(sent[0].Values[wire.Field].(string)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// What the v1 server writes for this open: its captured answer, for
 	// this call's id.
-	answer := *v1Answer
-	answer.Message = strings.ReplaceAll(answer.Message, v1Answer.ID, got.ID)
-	answer.ID = got.ID
-	rawAnswer, err := wire.EncodeResponse(&answer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: got.ReplyTo, Values: []any{wire.Field, rawAnswer}}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	answerAs(t, rdb, sent[0], v1Answer)
 	err = s.RecvMsg(new(wrapperspb.StringValue))
 	if tunnel.CodeOf(err) != tunnel.FailedPrecondition || !strings.Contains(err.Error(), refusal) {
 		t.Fatalf("RecvMsg = %v, want FAILED_PRECONDITION saying %q", err, refusal)

@@ -62,14 +62,7 @@ func TestPreSigningServerRefusesSignedClearly(t *testing.T) {
 	rdb := rs.Client(t)
 	ctx := context.Background()
 	const service = "examples.greeter.v1.Greeter"
-	now, err := rdb.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, "rpr:v1:{"+service+"}:workers", "pre-signing-server",
-		fmt.Sprintf(`{"host":"h","pid":1,"started_ms":1,"beat_ms":%d}`, now.UnixMilli())).Err(); err != nil {
-		t.Fatal(err)
-	}
+	beatAs(t, rdb, service, "pre-signing-server")
 	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler),
 		Credentials: &tunnel.Credentials{Caller: "alice", Secret: secret}})
 	if err != nil {
@@ -86,21 +79,44 @@ func TestPreSigningServerRefusesSignedClearly(t *testing.T) {
 		sent, err = rdb.XRange(ctx, "rpr:v1:{"+service+"}:req", "-", "+").Result()
 		return err == nil && len(sent) == 1
 	})
-	got, err := wire.DecodeRequest([]byte(sent[0].Values[wire.Field].(string)))
+	answerAs(t, rdb, sent[0], old)
+	if err := <-done; tunnel.CodeOf(err) != tunnel.FailedPrecondition || !strings.Contains(err.Error(), refusal) || !strings.Contains(err.Error(), "unsigned answer") {
+		t.Fatalf("Invoke = %v, want FAILED_PRECONDITION saying %q, marked as an unsigned answer", err, refusal)
+	}
+}
+
+// beatAs makes worker, a server of an earlier release that the test
+// stands in for, live for service: a worker record of that release's
+// shape, beating now.
+func beatAs(t *testing.T, rdb redis.UniversalClient, service, worker string) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "rpr:v1:{"+service+"}:workers", worker,
+		fmt.Sprintf(`{"host":"h","pid":1,"started_ms":1,"beat_ms":%d}`, now.UnixMilli())).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answerAs answers the request in entry as the server that gave old, a
+// captured answer, would: old for the request's id, on its reply stream.
+func answerAs(t *testing.T, rdb redis.UniversalClient, entry redis.XMessage, old *wire.Response) {
+	t.Helper()
+	req, err := wire.DecodeRequest([]byte(entry.Values[wire.Field].(string)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	answer := *old
-	answer.Message = strings.ReplaceAll(answer.Message, old.ID, got.ID)
-	answer.ID = got.ID
-	rawAnswer, err := wire.EncodeResponse(&answer)
+	answer.Message = strings.ReplaceAll(answer.Message, old.ID, req.ID)
+	answer.ID = req.ID
+	raw, err := wire.EncodeResponse(&answer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: got.ReplyTo, Values: []any{wire.Field, rawAnswer}}).Err(); err != nil {
+	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: req.ReplyTo, Values: []any{wire.Field, raw}}).Err(); err != nil {
 		t.Fatal(err)
-	}
-	if err := <-done; tunnel.CodeOf(err) != tunnel.FailedPrecondition || !strings.Contains(err.Error(), refusal) || !strings.Contains(err.Error(), "unsigned answer") {
-		t.Fatalf("Invoke = %v, want FAILED_PRECONDITION saying %q, marked as an unsigned answer", err, refusal)
 	}
 }

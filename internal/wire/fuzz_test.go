@@ -47,10 +47,7 @@ func requestSeeds(tb testing.TB) [][]byte {
 // signedSeeds are a signed and a signed-and-sealed request
 // (SignedVersion).
 func signedSeeds(tb testing.TB) [][]byte {
-	key, err := NewCallerKey(make([]byte, MinCallerSecret))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	key := testKey(tb, 0)
 	signed, sealed := validRequest(), validRequest()
 	key.SignRequest(signed, "alice")
 	if err := key.SealRequest(sealed); err != nil {
@@ -71,10 +68,7 @@ func responseSeeds(tb testing.TB) [][]byte {
 	c := loadV1Captured(tb)
 	seeds = append(seeds, unhex(tb, c.UnaryResponse), unhex(tb, c.FailedResponse))
 	ok := &Response{Version: Version, ID: "id", Payload: []byte("payload"), Header: Metadata{"k": {"v"}}}
-	key, err := NewCallerKey(make([]byte, MinCallerSecret))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	key := testKey(tb, 0)
 	signed, sealed := *ok, *ok
 	key.SignResponse(&signed)
 	if err := key.SealResponse(&sealed); err != nil {

@@ -7,11 +7,11 @@ import (
 	"testing"
 )
 
-func testKey(t *testing.T, fill byte) *CallerKey {
-	t.Helper()
+func testKey(tb testing.TB, fill byte) *CallerKey {
+	tb.Helper()
 	k, err := NewCallerKey(bytes.Repeat([]byte{fill}, MinCallerSecret))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return k
 }
@@ -165,9 +165,15 @@ func TestSignedFieldsNeedTheSignedVersion(t *testing.T) {
 	if got := peekVersion(raw); got != SignedVersion {
 		t.Errorf("a signed envelope's version = %d, want %d", got, SignedVersion)
 	}
+	// And a version after this one is refused the same way by this peer.
+	if raw[1] != 0xa1 || raw[2] != 'v' || raw[3] != SignedVersion {
+		t.Fatalf("the envelope does not start with v = %d: % x", SignedVersion, raw[:4])
+	}
+	raw[3] = SignedVersion + 1 // v is the map's first key: 0x8N 0xa1 'v' <fixint>
 	var verr VersionError
-	if !errors.As(VersionError{Got: SignedVersion + 1}, &verr) || !strings.Contains(verr.Error(), "run the same rpr release") {
-		t.Error("VersionError does not tell the fix")
+	if _, err := DecodeRequest(raw); !errors.As(err, &verr) || verr.Got != SignedVersion+1 ||
+		!strings.Contains(err.Error(), "speaks versions 1 to 3): run the same rpr release") {
+		t.Errorf("a version-4 envelope: err = %v, want a VersionError naming both versions and the fix", err)
 	}
 }
 
