@@ -27,9 +27,11 @@ type Trust struct {
 	Allow []Grant
 	// AllowUnsigned also runs requests that carry no signature, with no
 	// caller identity (CallerOf reports false): for a migration in which
-	// some clients have no Credentials yet. Default: they are refused with
-	// UNAUTHENTICATED. A request signed with a bad signature is refused
-	// either way.
+	// some clients have no Credentials yet. Allow does not apply to them
+	// (there is no caller to grant to): while it is set, anyone who can
+	// write to the request stream may still call every method, as without
+	// Trust. Default: they are refused with UNAUTHENTICATED. A request
+	// signed with a bad signature is refused either way.
 	AllowUnsigned bool
 	// AllowCopies lets signed requests of methods that are not idempotent
 	// take the fast path, as unsigned ones do, at the cost of replays: a
