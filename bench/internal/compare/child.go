@@ -1,0 +1,285 @@
+package compare
+
+// Servers in a process of their own: a program built on this package runs
+// as a server child when ChildEnv is set, and the parent starts it, reads
+// its allocation and CPU counters over a pipe, and ends it by its PID.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+// ChildEnv names the environment variable that makes a program a server
+// child (RunChildIfAsked): "rpr <redis URL>" serves the echo service on
+// rpr, "grpc" serves it on gRPC-go on a free loopback port.
+const ChildEnv = "RPR_BENCH_CHILD"
+
+// childServerConcurrency is the rpr child's ServerOptions.Concurrency:
+// above the highest concurrency the comparisons run, so that the server's
+// bound on handlers never queues the load.
+const childServerConcurrency = 256
+
+// RunChildIfAsked serves as a child when ChildEnv is set and then returns
+// true with the exit code; it returns false at once otherwise. Call it
+// first in main (and in TestMain). A child prints "ready <addr>" once it
+// serves ("-" for rpr, which listens on nothing), answers each "stats"
+// line on its stdin with "stats <mallocs> <total alloc bytes> <cpu ns>",
+// and stops when its stdin ends or on SIGTERM.
+func RunChildIfAsked() (ran bool, code int) {
+	mode, ok := os.LookupEnv(ChildEnv)
+	if !ok {
+		return false, 0
+	}
+	if err := runChild(mode); err != nil {
+		fmt.Fprintln(os.Stderr, "bench child:", err)
+		return true, 1
+	}
+	return true, 0
+}
+
+func runChild(mode string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	kind, arg, _ := strings.Cut(mode, " ")
+	served := make(chan error, 1)
+	var addr string
+	switch kind {
+	case "rpr":
+		rdb, err := tunnel.Open(ctx, arg)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: childServerConcurrency, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return fmt.Errorf("rpr server: %w", err)
+		}
+		srv.RegisterService(&rprEchoDesc, struct{}{})
+		go func() { served <- srv.Serve(ctx) }()
+		addr = "-"
+	case "grpc":
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := NewGRPCEchoServer()
+		go func() { served <- srv.Serve(l) }()
+		defer func() {
+			srv.Stop()
+			<-served
+		}()
+		addr = l.Addr().String()
+	default:
+		return fmt.Errorf("%s=%q: want \"rpr <redis URL>\" or \"grpc\"", ChildEnv, mode)
+	}
+	fmt.Printf("ready %s\n", addr)
+
+	// Requests on stdin; its end (the parent closed it, or died) stops
+	// the child as SIGTERM does.
+	stdinDone := make(chan struct{})
+	go func() {
+		defer close(stdinDone)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			if sc.Text() != "stats" {
+				continue
+			}
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			fmt.Printf("stats %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()))
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case <-stdinDone:
+		stop()
+	case err := <-served:
+		if kind == "grpc" {
+			served <- err // for the deferred Stop
+		}
+		return fmt.Errorf("server stopped: %w", err)
+	}
+	if kind == "rpr" {
+		if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("rpr server: %w", err)
+		}
+	}
+	return nil
+}
+
+// ChildStats are a child's counters at one moment, all cumulative.
+type ChildStats struct {
+	Mallocs, TotalAlloc uint64        // runtime.MemStats
+	CPU                 time.Duration // user + system, getrusage RUSAGE_SELF
+}
+
+// Child is a server child this process started (StartChild).
+type Child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string   // the child's stdout, a line each
+	done   chan struct{} // closed by Stop: the stdout reader gives up sending
+	exited chan struct{} // closed once the process has exited and been reaped
+	stderr *tail
+	// Addr is what the child's ready line named: its gRPC listener's
+	// address, "-" for an rpr server.
+	Addr string
+	stop sync.Once
+}
+
+// StartChild starts this program's executable again as a server child of
+// the given mode (see ChildEnv) and waits, at most 30s, until it serves.
+// The caller must Stop it, on every path.
+func StartChild(ctx context.Context, mode string) (*Child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program to run it as a child: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	c := &Child{lines: make(chan string, 16), done: make(chan struct{}), exited: make(chan struct{}), stderr: &tail{max: 4096}}
+	c.cmd = exec.Command(exe)
+	c.cmd.Env = append(os.Environ(), ChildEnv+"="+mode)
+	c.cmd.Stdout, c.cmd.Stderr = w, c.stderr
+	DieWithParent(c.cmd)
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, err
+	}
+	if err := c.cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("starting %s as a %q child: %w", exe, mode, err)
+	}
+	w.Close() // the child holds its own copy: EOF on r once it exits
+	go c.readStdout(r)
+	line, err := c.next(ctx, 30*time.Second)
+	if err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("%q child did not start: %w", mode, err)
+	}
+	addr, ok := strings.CutPrefix(line, "ready ")
+	if !ok {
+		c.Stop()
+		return nil, fmt.Errorf("%q child said %q, want \"ready <addr>\"", mode, line)
+	}
+	c.Addr = addr
+	return c, nil
+}
+
+func (c *Child) readStdout(r *os.File) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		select {
+		case c.lines <- sc.Text():
+		case <-c.done: // stopping: nobody reads the lines any more
+		}
+	}
+	_ = c.cmd.Wait()
+	close(c.exited)
+}
+
+// next returns the child's next line of output, waiting at most bound.
+func (c *Child) next(ctx context.Context, bound time.Duration) (string, error) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case l := <-c.lines:
+		return l, nil
+	case <-c.exited:
+		return "", fmt.Errorf("child %d exited: %s", c.Pid(), c.stderr.String())
+	case <-t.C:
+		return "", fmt.Errorf("child %d said nothing within %v: %s", c.Pid(), bound, c.stderr.String())
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// Pid is the child's process id.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// Stats asks the child for its counters and waits, at most 10s, for them.
+func (c *Child) Stats(ctx context.Context) (ChildStats, error) {
+	if _, err := io.WriteString(c.stdin, "stats\n"); err != nil {
+		return ChildStats{}, fmt.Errorf("asking child %d for its stats: %w", c.Pid(), err)
+	}
+	line, err := c.next(ctx, 10*time.Second)
+	if err != nil {
+		return ChildStats{}, err
+	}
+	f := strings.Fields(line)
+	if len(f) != 4 || f[0] != "stats" {
+		return ChildStats{}, fmt.Errorf("child %d said %q, want \"stats <mallocs> <bytes> <cpu ns>\"", c.Pid(), line)
+	}
+	var n [3]uint64
+	for i := range n {
+		if n[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
+			return ChildStats{}, fmt.Errorf("child %d stats %q: %w", c.Pid(), line, err)
+		}
+	}
+	return ChildStats{Mallocs: n[0], TotalAlloc: n[1], CPU: time.Duration(n[2])}, nil
+}
+
+// Stop ends the child by its PID: its stdin closed and SIGTERM, then
+// SIGKILL if it has not exited within 10s; it returns once the process is
+// reaped. Safe to call more than once.
+func (c *Child) Stop() {
+	c.stop.Do(func() {
+		close(c.done) // the reader drops further lines and reads on to EOF
+		c.stdin.Close()
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+		case <-time.After(10 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.exited
+		}
+	})
+}
+
+// tail keeps the last max bytes written to it: a child's stderr, quoted
+// when the child fails.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.b) == 0 {
+		return "(no stderr)"
+	}
+	return strings.TrimSpace(string(t.b))
+}
