@@ -62,7 +62,7 @@ func RatioAtLeast(v float64) Target { return Target{ratioAtLeast, v} }
 
 // String is the target as the table shows it.
 func (t Target) String() string {
-	v := Num(t.value)
+	v := strconv.FormatFloat(t.value, 'f', -1, 64)
 	switch t.kind {
 	case atMost:
 		return "≤ " + v

@@ -1,0 +1,232 @@
+package main
+
+// Goal 6: what idle rpr processes cost a Redis: memory and connections per
+// idle client instance and per idle server, and the commands per second
+// they send while they have nothing to do.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/bench/internal/compare"
+)
+
+// idleServerTarget is goal 6's "a few commands per second" for a server
+// with nothing to do.
+const idleServerTarget = 5
+
+const (
+	idleClients = 10
+	idleServers = 3
+)
+
+// idleRun is the idle section's state: the Redis it measures and what it
+// has started, all stopped by close.
+type idleRun struct {
+	s        *settings
+	log      io.Writer
+	redis    *compare.RedisServer
+	admin    *redis.Client
+	children []*compare.Child
+	clients  []*compare.RPRClients
+}
+
+func runIdle(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
+	r := &idleRun{s: s, log: log}
+	defer r.close()
+	var err error
+	if r.redis, err = compare.StartRedis(s.redisBin); err != nil {
+		return nil, err
+	}
+	opts, err := redis.ParseURL(r.redis.URL())
+	if err != nil {
+		return nil, err
+	}
+	r.admin = redis.NewClient(opts)
+	var rows []compare.Row
+
+	// Client instances that have made no call.
+	first, all, rate, err := r.grow(ctx, "idle client (no calls)", idleClients, r.startClients(false))
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, r.rows("idle client instance, no calls", first, all, idleClients, rate, compare.NoTarget)...)
+	r.stopAll()
+	r.settle(ctx)
+
+	// Servers with the echo service registered and nothing to do.
+	start := func(ctx context.Context, n int) error {
+		for range n {
+			c, err := compare.StartChild(ctx, "rpr "+r.redis.URL())
+			if err != nil {
+				return err
+			}
+			r.children = append(r.children, c)
+		}
+		return nil
+	}
+	if first, all, rate, err = r.grow(ctx, "idle server", idleServers, start); err != nil {
+		return nil, err
+	}
+	rows = append(rows, r.rows("idle server (echo registered)", first, all, idleServers, rate, compare.AtMost(idleServerTarget))...)
+
+	// Client instances idle after one call each (the servers still up to
+	// answer it), their commands counted with the servers gone.
+	before, err := r.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.startClients(true)(ctx, idleClients); err != nil {
+		return nil, err
+	}
+	r.settle(ctx)
+	after, err := r.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range r.children {
+		c.Stop()
+	}
+	r.children = nil
+	r.settle(ctx)
+	n, err := r.rate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	warm := grew(after, before)
+	fmt.Fprintf(log, "  %d clients after one call: %+d B used_memory, %+d connections; %.2f commands/s together\n", idleClients, warm.UsedMemory, warm.ConnectedClients, n)
+	return append(rows, r.rows("idle client instance after one call", math.NaN(), warm, idleClients, n/idleClients, compare.NoTarget)[1:]...), nil
+}
+
+// delta is the growth of the idle figures between two samples.
+type delta struct{ UsedMemory, ConnectedClients int64 }
+
+// grew is the growth from sample b to sample a.
+func grew(a, b sample) delta {
+	return delta{a.UsedMemory - b.UsedMemory, a.ConnectedClients - b.ConnectedClients}
+}
+
+type sample = compare.RedisIdle
+
+// grow samples Redis, starts one of a thing, samples it again and counts
+// the commands Redis runs over the window with that one alone, then
+// starts n-1 more and samples again. first is the first one's memory; all
+// the growth for all n; rate the first one's commands/s.
+func (r *idleRun) grow(ctx context.Context, what string, n int, start func(context.Context, int) error) (first float64, all delta, rate float64, err error) {
+	s0, err := r.sample(ctx)
+	if err != nil {
+		return 0, delta{}, 0, err
+	}
+	if err := start(ctx, 1); err != nil {
+		return 0, delta{}, 0, err
+	}
+	r.settle(ctx)
+	s1, err := r.sample(ctx)
+	if err != nil {
+		return 0, delta{}, 0, err
+	}
+	if rate, err = r.rate(ctx); err != nil {
+		return 0, delta{}, 0, err
+	}
+	if err := start(ctx, n-1); err != nil {
+		return 0, delta{}, 0, err
+	}
+	r.settle(ctx)
+	sn, err := r.sample(ctx)
+	if err != nil {
+		return 0, delta{}, 0, err
+	}
+	d1, dn := grew(s1, s0), grew(sn, s0)
+	fmt.Fprintf(r.log, "  1 %s: %+d B used_memory, %+d connections, %.2f commands/s; %d of them: %+d B, %+d connections\n",
+		what, d1.UsedMemory, d1.ConnectedClients, rate, n, dn.UsedMemory, dn.ConnectedClients)
+	return float64(d1.UsedMemory), dn, rate, ctx.Err()
+}
+
+// rows are a thing's rows: memory of the first one, memory and
+// connections per one of n, and one's commands/s.
+func (r *idleRun) rows(what string, first float64, all delta, n int, rate float64, rateTarget compare.Target) []compare.Row {
+	row := func(figure string, v float64, t compare.Target) compare.Row {
+		return compare.Row{Goal: 6, Figure: figure, RPR: v, Baseline: math.NaN(), Target: t}
+	}
+	return []compare.Row{
+		row(fmt.Sprintf("Redis used_memory B, the first %s", what), first, compare.NoTarget),
+		row(fmt.Sprintf("Redis used_memory B per %s (%d)", what, n), float64(all.UsedMemory)/float64(n), compare.NoTarget),
+		row(fmt.Sprintf("Redis connections per %s (%d)", what, n), float64(all.ConnectedClients)/float64(n), compare.NoTarget),
+		row(fmt.Sprintf("Redis commands/s per %s, over %v", what, r.s.idleWindow), rate, rateTarget),
+	}
+}
+
+// startClients returns a start function of idle client instances, each
+// making one call first when call is set.
+func (r *idleRun) startClients(call bool) func(context.Context, int) error {
+	return func(ctx context.Context, n int) error {
+		c, err := compare.StartRPRClients(ctx, r.redis.URL(), n)
+		if err != nil {
+			return err
+		}
+		r.clients = append(r.clients, c)
+		if call {
+			return c.WaitServed(ctx)
+		}
+		return nil
+	}
+}
+
+// rate is the commands Redis runs per second over the idle window.
+func (r *idleRun) rate(ctx context.Context) (float64, error) {
+	a, err := r.sample(ctx)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	r.wait(ctx, r.s.idleWindow)
+	b, err := r.sample(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return float64(b.Commands-a.Commands) / time.Since(t0).Seconds(), ctx.Err()
+}
+
+func (r *idleRun) sample(ctx context.Context) (sample, error) {
+	return compare.ReadRedisIdle(ctx, r.admin)
+}
+
+// settle gives what was just started or stopped time to reach its steady
+// state (readers blocked, heartbeats written, connections closed).
+func (r *idleRun) settle(ctx context.Context) { r.wait(ctx, r.s.settle) }
+
+func (r *idleRun) wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// stopAll stops every client and child started so far and lets Redis see
+// them gone.
+func (r *idleRun) stopAll() {
+	for _, c := range r.clients {
+		c.Close()
+	}
+	for _, c := range r.children {
+		c.Stop()
+	}
+	r.clients, r.children = nil, nil
+}
+
+func (r *idleRun) close() {
+	r.stopAll()
+	if r.admin != nil {
+		r.admin.Close()
+	}
+	if r.redis != nil {
+		r.redis.Stop()
+	}
+}

@@ -1,0 +1,194 @@
+// Command perf measures the goals of issue 18 in one run and prints one
+// table, a row per figure: rpr's value, its baseline (gRPC-go, a figure
+// from the issue, or rpr itself in another configuration), the ratio, the
+// target and whether it is met. Every server runs in a child process
+// (this program run again), against a redis-server the program starts.
+//
+//	cd bench && go run ./perf            # everything, about 3-5 minutes on 2 CPUs
+//	go run ./perf -quick                 # a short smoke run
+//	go run ./perf -only unary,scale -calls 5000
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rprtunnel/rpr/bench/internal/compare"
+)
+
+// settings are the run's, all from flags, printed at the top.
+type settings struct {
+	calls, warmup, runs int
+	instances           int
+	calls64K, calls1M   int
+	idleWindow, settle  time.Duration
+	runTimeout          time.Duration
+	only                []string
+	redisBin            string
+}
+
+// section is one measurement that adds rows to the table.
+type section struct {
+	name string
+	run  func(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error)
+}
+
+// sections are the measurements, in the order they run. The table sorts
+// their rows by goal. Goal 2 (async against asynq, compare.RunAsync in
+// internal/compare/asynq.go) is another measurement: its section goes in
+// this list, with a name for -only, and its []compare.Row joins the table
+// like every other's.
+func sections() []section {
+	return []section{
+		{"unary", runUnary}, // goals 1 and 4
+		{"scale", runScale}, // goal 3
+		{"large", runLarge}, // goal 5
+		{"idle", runIdle},   // goal 6
+	}
+}
+
+func main() {
+	if ran, code := compare.RunChildIfAsked(); ran {
+		os.Exit(code)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	s, err := parseFlags(args, stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintln(stderr, "perf:", err)
+		return 2
+	}
+	printSettings(stdout, s)
+	rows, failed := measureAll(ctx, s, stdout, stderr)
+	fmt.Fprintln(stdout)
+	printTable(stdout, rows)
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// measureAll runs the sections -only names, each after the other, and
+// returns their rows; a section that fails is reported on stderr and the
+// others still run.
+func measureAll(ctx context.Context, s *settings, log, stderr io.Writer) (rows []compare.Row, failed bool) {
+	for _, sec := range sections() {
+		if !slices.Contains(s.only, sec.name) {
+			continue
+		}
+		fmt.Fprintf(log, "\n== %s\n", sec.name)
+		t0 := time.Now()
+		r, err := sec.run(ctx, s, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "perf: %s: %v\n", sec.name, err)
+			failed = true
+			continue
+		}
+		fmt.Fprintf(log, "  (%s: %.1fs)\n", sec.name, time.Since(t0).Seconds())
+		rows = append(rows, r...)
+	}
+	slices.SortStableFunc(rows, func(a, b compare.Row) int { return cmp.Compare(a.Goal, b.Goal) })
+	return rows, failed
+}
+
+func parseFlags(args []string, stderr io.Writer) (*settings, error) {
+	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s := &settings{}
+	var only string
+	var quick bool
+	fs.IntVar(&s.calls, "calls", 20_000, "measured calls per run of the 32-byte echo (unary and scale)")
+	fs.IntVar(&s.warmup, "warmup", 0, "unmeasured calls before each run (default: a tenth of -calls)")
+	fs.IntVar(&s.runs, "runs", 3, "runs of each configuration; each figure is the median over them")
+	fs.IntVar(&s.instances, "instances", 8, "rpr client instances the callers are spread over at concurrency > 1")
+	fs.IntVar(&s.calls64K, "calls-64k", 2_000, "measured calls per run of the 64 KiB echo")
+	fs.IntVar(&s.calls1M, "calls-1m", 200, "measured calls per run of the 1 MiB echo")
+	fs.DurationVar(&s.idleWindow, "idle-window", 10*time.Second, "how long idle processes' commands are counted")
+	fs.DurationVar(&s.settle, "settle", 2*time.Second, "wait after starting or stopping idle processes before sampling Redis")
+	fs.DurationVar(&s.runTimeout, "run-timeout", 2*time.Minute, "bound on one run's wall time (warm-up included)")
+	fs.StringVar(&only, "only", "", "comma-separated sections to run (default all: "+strings.Join(sectionNames(), ",")+")")
+	fs.StringVar(&s.redisBin, "redis-server", "", "redis-server binary (default $RPR_REDIS_SERVER, else the one on PATH)")
+	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls, 1 run, 200 and 20 large calls, a 2s idle window (flags given explicitly win)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]string{"calls": "2000", "runs": "1", "calls-64k": "200", "calls-1m": "20", "idle-window": "2s", "settle": "500ms"} {
+			if !set[name] {
+				if err := fs.Set(name, v); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if s.warmup == 0 {
+		s.warmup = max(10, s.calls/10)
+	}
+	for name, v := range map[string]int{"calls": s.calls, "runs": s.runs, "instances": s.instances, "calls-64k": s.calls64K, "calls-1m": s.calls1M} {
+		if v < 1 {
+			return nil, fmt.Errorf("-%s %d: must be at least 1", name, v)
+		}
+	}
+	if s.idleWindow <= 0 || s.runTimeout <= 0 || s.settle < 0 {
+		return nil, fmt.Errorf("-idle-window and -run-timeout must be positive, -settle not negative")
+	}
+	s.only = sectionNames()
+	if only != "" {
+		s.only = nil
+		for name := range strings.SplitSeq(only, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.Contains(sectionNames(), name) {
+				return nil, fmt.Errorf("-only: no section %q (there are %s)", name, strings.Join(sectionNames(), ", "))
+			}
+			s.only = append(s.only, name)
+		}
+	}
+	return s, nil
+}
+
+func sectionNames() []string {
+	var names []string
+	for _, s := range sections() {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+func printSettings(w io.Writer, s *settings) {
+	redisBin := cmp.Or(s.redisBin, os.Getenv("RPR_REDIS_SERVER"), "redis-server on PATH")
+	fmt.Fprintf(w, "perf: issue 18's goals, %s, %s/%s, GOMAXPROCS %d, %d CPUs\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Fprintf(w, "sections: %s; each figure the median of %d run(s); each run bounded by %v; Redis: %s, fresh per section\n",
+		strings.Join(s.only, ","), s.runs, s.runTimeout, redisBin)
+	fmt.Fprintf(w, "unary (goals 1, 4): %d B echo, closed loop at c=%v, %d calls + %d warm-up per run; rpr server (Concurrency %d) and gRPC-go server each in a child process, callers in this one;\n",
+		unaryPayload, unaryLevels, s.calls, s.warmup, 256)
+	fmt.Fprintf(w, "  rpr callers spread over %d client instances (1 at c=1), each its own Redis pool; gRPC callers share one ClientConn over loopback TCP\n", s.instances)
+	fmt.Fprintf(w, "scale (goal 3): rpr only, %d B echo at c=%v with %v client instances, %d calls + %d warm-up per run\n",
+		unaryPayload, scaleLevels, scaleInstances, s.calls, s.warmup)
+	fmt.Fprintf(w, "large (goal 5): 64 KiB echo × %d calls, 1 MiB echo × %d calls (warm-up a tenth), c=%d, %d rpr client instances\n",
+		s.calls64K, s.calls1M, largeConcurrency, instancesFor(largeConcurrency, s.instances))
+	fmt.Fprintf(w, "idle (goal 6): 1 then %d idle rpr clients (no calls), 1 then %d idle servers, %d clients after one call; settle %v, commands counted over %v\n",
+		idleClients, idleServers, idleClients, s.settle, s.idleWindow)
+}

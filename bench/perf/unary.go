@@ -1,0 +1,151 @@
+package main
+
+// Goals 1 and 4 (unary echo of 32 bytes at concurrency 1, 16, 128) and
+// goal 5 (64 KiB and 1 MiB echoes at concurrency 8), rpr against gRPC-go,
+// both with the server in a child process.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/rprtunnel/rpr/bench/internal/compare"
+)
+
+// issue18AllocsPerCall is the allocation count the goal halves: issue 18
+// measured 85 allocations per unary call, client and server together,
+// before the work on it began.
+const issue18AllocsPerCall = 85
+
+// Goal 1's bounds, in µs of CPU per call at concurrency 128.
+const (
+	goCPUTarget    = 23 // both Go processes
+	totalCPUTarget = 40 // and redis-server
+)
+
+// p50RatioTarget is goal 4's: rpr's c=1 p50 at most this many times
+// gRPC's, the gRPC server in another process.
+const p50RatioTarget = 2.2
+
+// unaryLevels are goal 1's concurrency levels.
+var unaryLevels = [...]int{1, 16, 128}
+
+const unaryPayload = 32
+
+// pair is the runs of rpr and gRPC at one configuration.
+type pair struct{ rpr, grpc runs }
+
+// comparePairs measures rpr and gRPC s.runs times at each level with
+// payload, alternating them so that the machine's drift falls on both.
+func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers, payload []byte, levels []int, calls, warmup int) ([]pair, error) {
+	out := make([]pair, len(levels))
+	for run := range s.runs {
+		for i, c := range levels {
+			inst := instancesFor(c, s.instances)
+			sys, clients, err := srv.rprSystem(ctx, inst)
+			if err != nil {
+				return nil, err
+			}
+			f, err := measure(ctx, sys, payload, c, calls, warmup, s.runTimeout)
+			clients.Close()
+			if err != nil {
+				return nil, err
+			}
+			f.log(log, fmt.Sprintf("rpr  %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs))
+			out[i].rpr = append(out[i].rpr, f)
+			if f, err = measure(ctx, srv.grpcSystem(), payload, c, calls, warmup, s.runTimeout); err != nil {
+				return nil, err
+			}
+			f.log(log, fmt.Sprintf("gRPC %s c=%d run %d/%d", size(len(payload)), c, run+1, s.runs))
+			out[i].grpc = append(out[i].grpc, f)
+		}
+	}
+	return out, nil
+}
+
+func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
+	srv, err := startServers(ctx, s.redisBin, true)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.close()
+	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup)
+	if err != nil {
+		return nil, err
+	}
+	c1, c128 := pairs[0], pairs[2]
+	goCPU := func(f figures) float64 { return f.goCPU() }
+	total := func(f figures) float64 { return f.totalCPU() }
+	allocs := func(f figures) float64 { return f.allocs() }
+	rows := []compare.Row{
+		vsGRPC(1, "Go CPU µs/call, c=128 (callers + server process)", c128, goCPU, compare.AtMost(goCPUTarget)),
+		vsGRPC(1, "CPU µs/call with Redis's, c=128 (gRPC: Go only)", c128, total, compare.AtMost(totalCPUTarget)),
+		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
+			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
+		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),
+		{Goal: 1, Figure: "Redis CPU µs/call, c=128", RPR: c128.rpr.med(func(f figures) float64 { return f.redisCPU() }),
+			Baseline: math.NaN(), Target: compare.NoTarget},
+		{Goal: 1, Figure: "Redis commands/call, c=128", RPR: c128.rpr.med(func(f figures) float64 { return f.cmds() }),
+			Baseline: math.NaN(), Target: compare.NoTarget},
+	}
+	for i, c := range unaryLevels {
+		rows = append(rows, vsGRPC(1, fmt.Sprintf("calls/s, c=%d", c), pairs[i], func(f figures) float64 { return f.callsPerSec() }, compare.NoTarget))
+	}
+	return append(rows,
+		vsGRPC(4, "p50 ms, c=1", c1, func(f figures) float64 { return f.p50ms() }, compare.RatioAtMost(p50RatioTarget)),
+		vsGRPC(4, "p99 ms, c=1", c1, func(f figures) float64 { return float64(f.p99) / 1e6 }, compare.NoTarget),
+	), nil
+}
+
+// vsGRPC is a row of the median of one figure, rpr's against gRPC's.
+func vsGRPC(goal int, figure string, p pair, of func(figures) float64, t compare.Target) compare.Row {
+	return compare.Row{Goal: goal, Figure: figure, RPR: p.rpr.med(of), Baseline: p.grpc.med(of), BaselineOf: "gRPC", Target: t}
+}
+
+// copiesTarget is goal 5's "no extra copies", as bytes allocated per echo
+// call (both processes) over the payload's size. An echo carries the
+// payload twice, request and response, and each way the wire itself needs
+// three buffers of its size: the sender's marshalled message, the
+// receiver's read of it off the connection (go-redis returns stream
+// fields as new strings; gRPC reads a frame into a buffer) and the
+// receiver's unmarshalled message (protobuf-go copies bytes fields). That
+// is 6 payload sizes per call; anything above it is a copy the
+// implementation added (an envelope built around a marshalled payload, a
+// string-to-bytes conversion, a decoder's copy).
+const copiesTarget = 6
+
+const largeConcurrency = 8
+
+func runLarge(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
+	srv, err := startServers(ctx, s.redisBin, true)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.close()
+	var rows []compare.Row
+	for _, sz := range []struct{ bytes, calls int }{{64 << 10, s.calls64K}, {1 << 20, s.calls1M}} {
+		pairs, err := comparePairs(ctx, s, log, srv, make([]byte, sz.bytes), []int{largeConcurrency}, sz.calls, max(2, sz.calls/10))
+		if err != nil {
+			return nil, err
+		}
+		p := pairs[0]
+		mbs := func(f figures) float64 { return f.callsPerSec() * float64(sz.bytes) / 1e6 }
+		copies := func(f figures) float64 { return f.bytesPerCall() / float64(sz.bytes) }
+		rows = append(rows,
+			vsGRPC(5, fmt.Sprintf("MB/s one way, %s echo, c=%d", size(sz.bytes), largeConcurrency), p, mbs, compare.NoTarget),
+			vsGRPC(5, fmt.Sprintf("bytes allocated/call ÷ payload, %s", size(sz.bytes)), p, copies, compare.AtMost(copiesTarget)))
+	}
+	return rows, nil
+}
+
+// size names a payload size: "32 B", "64 KiB", "1 MiB".
+func size(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
