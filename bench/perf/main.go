@@ -183,7 +183,7 @@ func printSettings(w io.Writer, s *settings) {
 	fmt.Fprintf(w, "sections: %s; each figure the median of %d run(s); each run bounded by %v; Redis: %s, fresh per section\n",
 		strings.Join(s.only, ","), s.runs, s.runTimeout, redisBin)
 	fmt.Fprintf(w, "unary (goals 1, 4): %d B echo, closed loop at c=%v, %d calls + %d warm-up per run; rpr server (Concurrency %d) and gRPC-go server each in a child process, callers in this one;\n",
-		unaryPayload, unaryLevels, s.calls, s.warmup, 256)
+		unaryPayload, unaryLevels, s.calls, s.warmup, compare.ChildServerConcurrency)
 	fmt.Fprintf(w, "  rpr callers spread over %d client instances (1 at c=1), each its own Redis pool; gRPC callers share one ClientConn over loopback TCP\n", s.instances)
 	fmt.Fprintf(w, "scale (goal 3): rpr only, %d B echo at c=%v with %v client instances, %d calls + %d warm-up per run\n",
 		unaryPayload, scaleLevels, scaleInstances, s.calls, s.warmup)

@@ -30,10 +30,10 @@ import (
 // rpr, "grpc" serves it on gRPC-go on a free loopback port.
 const ChildEnv = "RPR_BENCH_CHILD"
 
-// childServerConcurrency is the rpr child's ServerOptions.Concurrency:
+// ChildServerConcurrency is the rpr child's ServerOptions.Concurrency:
 // above the highest concurrency the comparisons run, so that the server's
 // bound on handlers never queues the load.
-const childServerConcurrency = 256
+const ChildServerConcurrency = 256
 
 // RunChildIfAsked serves as a child when ChildEnv is set and then returns
 // true with the exit code; it returns false at once otherwise. Call it
@@ -66,7 +66,7 @@ func runChild(mode string) error {
 			return err
 		}
 		defer rdb.Close()
-		srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: childServerConcurrency, Logger: slog.New(slog.DiscardHandler)})
+		srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: ChildServerConcurrency, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return fmt.Errorf("rpr server: %w", err)
 		}
