@@ -48,6 +48,7 @@ func runIdle(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, er
 		return nil, err
 	}
 	r.admin = redis.NewClient(opts)
+	fmt.Fprintf(log, "  redis-server %s on %s\n", r.redis.Version, r.redis.URL())
 	var rows []compare.Row
 
 	// Client instances that have made no call.

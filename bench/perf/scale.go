@@ -21,7 +21,7 @@ var (
 )
 
 func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
-	srv, err := startServers(ctx, s.redisBin, false)
+	srv, err := startServers(ctx, s.redisBin, false, log)
 	if err != nil {
 		return nil, err
 	}

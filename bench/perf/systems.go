@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -27,7 +28,7 @@ type servers struct {
 
 // startServers starts a fresh redis-server, an rpr echo server child on
 // it and, withGRPC, a gRPC echo server child and a connection to it.
-func startServers(ctx context.Context, redisBin string, withGRPC bool) (_ *servers, err error) {
+func startServers(ctx context.Context, redisBin string, withGRPC bool, log io.Writer) (_ *servers, err error) {
 	s := &servers{}
 	defer func() {
 		if err != nil {
@@ -45,6 +46,7 @@ func startServers(ctx context.Context, redisBin string, withGRPC bool) (_ *serve
 	if s.rpr, err = compare.StartChild(ctx, "rpr "+s.redis.URL()); err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(log, "  redis-server %s on %s; rpr server child pid %d\n", s.redis.Version, s.redis.URL(), s.rpr.Pid())
 	if !withGRPC {
 		return s, nil
 	}
@@ -57,6 +59,7 @@ func startServers(ctx context.Context, redisBin string, withGRPC bool) (_ *serve
 	if err := s.grpcCall(ctx, 0, wrapperspb.Bytes([]byte("ready?"))); err != nil {
 		return nil, fmt.Errorf("gRPC echo child does not answer: %w", err)
 	}
+	fmt.Fprintf(log, "  gRPC server child pid %d on %s\n", s.grpc.Pid(), s.grpc.Addr)
 	return s, nil
 }
 

@@ -65,7 +65,7 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 }
 
 func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
-	srv, err := startServers(ctx, s.redisBin, true)
+	srv, err := startServers(ctx, s.redisBin, true, log)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ const copiesTarget = 6
 const largeConcurrency = 8
 
 func runLarge(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
-	srv, err := startServers(ctx, s.redisBin, true)
+	srv, err := startServers(ctx, s.redisBin, true, log)
 	if err != nil {
 		return nil, err
 	}
