@@ -94,6 +94,11 @@ func measureAll(ctx context.Context, s *settings, log, stderr io.Writer) (rows [
 		if !slices.Contains(s.only, sec.name) {
 			continue
 		}
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "perf: interrupted: %s not run\n", sec.name)
+			failed = true
+			continue
+		}
 		fmt.Fprintf(log, "\n== %s\n", sec.name)
 		t0 := time.Now()
 		r, err := sec.run(ctx, s, log)
@@ -182,13 +187,21 @@ func printSettings(w io.Writer, s *settings) {
 	fmt.Fprintf(w, "perf: issue 18's goals, %s, %s/%s, GOMAXPROCS %d, %d CPUs\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Fprintf(w, "sections: %s; each figure the median of %d run(s); each run bounded by %v; Redis: %s, fresh per section\n",
 		strings.Join(s.only, ","), s.runs, s.runTimeout, redisBin)
-	fmt.Fprintf(w, "unary (goals 1, 4): %d B echo, closed loop at c=%v, %d calls + %d warm-up per run; rpr server (Concurrency %d) and gRPC-go server each in a child process, callers in this one;\n",
-		unaryPayload, unaryLevels, s.calls, s.warmup, compare.ChildServerConcurrency)
-	fmt.Fprintf(w, "  rpr callers spread over %d client instances (1 at c=1), each its own Redis pool; gRPC callers share one ClientConn over loopback TCP\n", s.instances)
-	fmt.Fprintf(w, "scale (goal 3): rpr only, %d B echo at c=%v with %v client instances, %d calls + %d warm-up per run\n",
-		unaryPayload, scaleLevels, scaleInstances, s.calls, s.warmup)
-	fmt.Fprintf(w, "large (goal 5): 64 KiB echo × %d calls, 1 MiB echo × %d calls (warm-up a tenth), c=%d, %d rpr client instances\n",
-		s.calls64K, s.calls1M, largeConcurrency, instancesFor(largeConcurrency, s.instances))
-	fmt.Fprintf(w, "idle (goal 6): 1 then %d idle rpr clients (no calls), 1 then %d idle servers, %d clients after one call; settle %v, commands counted over %v\n",
-		idleClients, idleServers, idleClients, s.settle, s.idleWindow)
+	if slices.Contains(s.only, "unary") {
+		fmt.Fprintf(w, "unary (goals 1, 4): %d B echo, closed loop at c=%v, %d calls + %d warm-up per run; rpr server (Concurrency %d) and gRPC-go server each in a child process, callers in this one;\n",
+			unaryPayload, unaryLevels, s.calls, s.warmup, compare.ChildServerConcurrency)
+		fmt.Fprintf(w, "  rpr callers spread over %d client instances (1 at c=1), each its own Redis pool; gRPC callers share one ClientConn over loopback TCP\n", s.instances)
+	}
+	if slices.Contains(s.only, "scale") {
+		fmt.Fprintf(w, "scale (goal 3): rpr only, %d B echo at c=%v with %v client instances, %d calls + %d warm-up per run\n",
+			unaryPayload, scaleLevels, scaleInstances, s.calls, s.warmup)
+	}
+	if slices.Contains(s.only, "large") {
+		fmt.Fprintf(w, "large (goal 5): 64 KiB echo × %d calls, 1 MiB echo × %d calls (warm-up a tenth, at least 2), c=%d, %d rpr client instances\n",
+			s.calls64K, s.calls1M, largeConcurrency, instancesFor(largeConcurrency, s.instances))
+	}
+	if slices.Contains(s.only, "idle") {
+		fmt.Fprintf(w, "idle (goal 6): 1 then %d idle rpr clients (no calls), 1 then %d idle servers, %d clients after one call; settle %v, commands counted over %v\n",
+			idleClients, idleServers, idleClients, s.settle, s.idleWindow)
+	}
 }

@@ -49,7 +49,7 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 	in := wrapperspb.Bytes(payload)
 	call := func(ctx context.Context, w int) error { return sys.call(ctx, w, in) }
 	if errs, err := compare.ClosedLoop(ctx, concurrency, warmup, nil, call); errs > 0 || err != nil {
-		return figures{}, fmt.Errorf("%s warm-up: %d of %d calls failed: %w", sys.name, errs, warmup, err)
+		return figures{}, loopError(sys.name+" warm-up", errs, warmup, err)
 	}
 	latencies := make([]time.Duration, calls)
 	runtime.GC()
@@ -73,7 +73,7 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 	cpuAfter := compare.ProcessCPU()
 	runtime.ReadMemStats(&memAfter)
 	if errs > 0 || firstErr != nil {
-		return figures{}, fmt.Errorf("%s: %d of %d calls failed: %w", sys.name, errs, calls, firstErr)
+		return figures{}, loopError(sys.name, errs, calls, firstErr)
 	}
 	childAfter, err := sys.child.Stats(ctx)
 	if err != nil {
@@ -97,6 +97,14 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 		mallocs: memAfter.Mallocs - memBefore.Mallocs + childAfter.Mallocs - childBefore.Mallocs,
 		bytes:   memAfter.TotalAlloc - memBefore.TotalAlloc + childAfter.TotalAlloc - childBefore.TotalAlloc,
 	}, nil
+}
+
+// loopError says why a closed loop of n calls failed.
+func loopError(what string, errs, n int, err error) error {
+	if errs == 0 {
+		return fmt.Errorf("%s: stopped before its %d calls were made: %w", what, n, err)
+	}
+	return fmt.Errorf("%s: %d of %d calls failed, the first with: %w", what, errs, n, err)
 }
 
 func (f figures) µs(d time.Duration) float64 {
