@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"math"
 	"os"
 	"os/exec"
@@ -34,7 +33,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log, errs bytes.Buffer
-	rows, failed := measureAll(context.Background(), s, &log, &errs)
+	rows, failed := measureAll(t.Context(), s, &log, &errs)
 	if failed {
 		t.Fatalf("a section failed: %s\nlog:\n%s", errs.String(), log.String())
 	}
