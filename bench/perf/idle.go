@@ -39,16 +39,9 @@ type idleRun struct {
 func runIdle(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
 	r := &idleRun{s: s, log: log}
 	defer r.close()
-	var err error
-	if r.redis, err = compare.StartRedis(s.redisBin); err != nil {
+	if err := r.freshRedis(); err != nil {
 		return nil, err
 	}
-	opts, err := redis.ParseURL(r.redis.URL())
-	if err != nil {
-		return nil, err
-	}
-	r.admin = redis.NewClient(opts)
-	fmt.Fprintf(log, "  redis-server %s on %s\n", r.redis.Version, r.redis.URL())
 	var rows []compare.Row
 
 	// Client instances that have made no call.
@@ -58,7 +51,9 @@ func runIdle(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, er
 	}
 	rows = append(rows, r.rows("idle client instance, no calls", first, all, idleClients, rate, compare.NoTarget)...)
 	r.stopAll()
-	r.settle(ctx)
+	if err := r.freshRedis(); err != nil {
+		return nil, err
+	}
 
 	// Servers with the echo service registered and nothing to do.
 	start := func(ctx context.Context, n int) error {
@@ -193,6 +188,33 @@ func (r *idleRun) rate(ctx context.Context) (float64, error) {
 	return float64(b.Commands-a.Commands) / time.Since(t0).Seconds(), ctx.Err()
 }
 
+// freshRedis stops the Redis of the section, if any, and starts another:
+// what the clients left behind does not count against the servers.
+func (r *idleRun) freshRedis() error {
+	r.stopRedis()
+	var err error
+	if r.redis, err = compare.StartRedis(r.s.redisBin); err != nil {
+		return err
+	}
+	opts, err := redis.ParseURL(r.redis.URL())
+	if err != nil {
+		return err
+	}
+	r.admin = redis.NewClient(opts)
+	fmt.Fprintf(r.log, "  redis-server %s on %s\n", r.redis.Version, r.redis.URL())
+	return nil
+}
+
+func (r *idleRun) stopRedis() {
+	if r.admin != nil {
+		r.admin.Close()
+	}
+	if r.redis != nil {
+		r.redis.Stop()
+	}
+	r.admin, r.redis = nil, nil
+}
+
 func (r *idleRun) sample(ctx context.Context) (sample, error) {
 	return compare.ReadRedisIdle(ctx, r.admin)
 }
@@ -224,10 +246,5 @@ func (r *idleRun) stopAll() {
 
 func (r *idleRun) close() {
 	r.stopAll()
-	if r.admin != nil {
-		r.admin.Close()
-	}
-	if r.redis != nil {
-		r.redis.Stop()
-	}
+	r.stopRedis()
 }
