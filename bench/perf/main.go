@@ -123,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.IntVar(&s.calls, "calls", 20_000, "measured calls per run of the 32-byte echo (unary and scale)")
 	fs.IntVar(&s.warmup, "warmup", 0, "unmeasured calls before each run (default: a tenth of -calls)")
 	fs.IntVar(&s.runs, "runs", 3, "runs of each configuration; each figure is the median over them")
-	fs.IntVar(&s.instances, "instances", 8, "rpr client instances the callers are spread over at concurrency > 1")
+	fs.IntVar(&s.instances, "instances", 8, "rpr client instances the callers of the unary and large sections are spread over at concurrency > 1 (scale runs 1, 8 and 16)")
 	fs.IntVar(&s.calls64K, "calls-64k", 2_000, "measured calls per run of the 64 KiB echo")
 	fs.IntVar(&s.calls1M, "calls-1m", 200, "measured calls per run of the 1 MiB echo")
 	fs.DurationVar(&s.idleWindow, "idle-window", 10*time.Second, "how long idle processes' commands are counted")
@@ -131,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.DurationVar(&s.runTimeout, "run-timeout", 2*time.Minute, "bound on one run's wall time (warm-up included)")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run (default all: "+strings.Join(sectionNames(), ",")+")")
 	fs.StringVar(&s.redisBin, "redis-server", "", "redis-server binary (default $RPR_REDIS_SERVER, else the one on PATH)")
-	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls, 1 run, 200 and 20 large calls, a 2s idle window (flags given explicitly win)")
+	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls, 1 run, 200 and 20 large calls, a 2s idle window, 500ms settles (flags given explicitly win)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

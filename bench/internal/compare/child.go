@@ -63,7 +63,7 @@ func runChild(mode string) error {
 	case "rpr":
 		rdb, err := tunnel.Open(ctx, arg)
 		if err != nil {
-			return err
+			return fmt.Errorf("opening Redis %s: %w", arg, err)
 		}
 		defer rdb.Close()
 		srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: ChildServerConcurrency, Logger: slog.New(slog.DiscardHandler)})
