@@ -2,6 +2,7 @@ package compare
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -164,6 +165,9 @@ func RunAsync(ctx context.Context, opts AsyncOptions) (AsyncResult, error) {
 type asyncSystem interface {
 	// Enqueue sends one task and returns once the system has it.
 	Enqueue(ctx context.Context) error
+	// Stopped is closed if the processing server stops by itself (it
+	// failed); nil for a system whose server never does.
+	Stopped() <-chan struct{}
 	// Close stops the server and the client and returns once their
 	// goroutines are done.
 	Close() error
@@ -198,11 +202,14 @@ func (c *counter) hit() {
 	}
 }
 
-// wait returns once p's target is reached, or with an error when ctx ends.
-func (p *phase) wait(ctx context.Context) error {
+// wait returns once p's target is reached, or with an error when ctx ends
+// or the system's server stops first.
+func (p *phase) wait(ctx context.Context, sys asyncSystem) error {
 	select {
 	case <-p.done:
 		return nil
+	case <-sys.Stopped():
+		return fmt.Errorf("%d of %d tasks processed when the server stopped early", p.n.Load(), p.target)
 	case <-ctx.Done():
 		return fmt.Errorf("%d of %d tasks processed when the run ended: %w", p.n.Load(), p.target, context.Cause(ctx))
 	}
@@ -227,8 +234,8 @@ func runAsyncSystem(parent context.Context, name string, start asyncStarter, pay
 		return AsyncSystemResult{}, fmt.Errorf("%s: %w", name, err)
 	}
 	r, err := measureAsync(ctx, sys, admin, &counted, opts)
-	if closeErr := sys.Close(); err == nil && closeErr != nil {
-		err = fmt.Errorf("stopping: %w", closeErr)
+	if closeErr := sys.Close(); closeErr != nil {
+		err = errors.Join(err, fmt.Errorf("stopping: %w", closeErr))
 	}
 	if err == nil {
 		err = r.sampleAfter(ctx, admin)
@@ -260,7 +267,7 @@ func measureAsync(ctx context.Context, sys asyncSystem, admin redis.Cmdable, cou
 		if _, err := produce(ctx, sys, opts.Warmup, opts.Producers); err != nil {
 			return measured{}, fmt.Errorf("warm-up: %w", err)
 		}
-		if err := p.wait(ctx); err != nil {
+		if err := p.wait(ctx, sys); err != nil {
 			return measured{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -275,9 +282,9 @@ func measureAsync(ctx context.Context, sys asyncSystem, admin redis.Cmdable, cou
 	latencies, err := produce(ctx, sys, opts.Tasks, opts.Producers)
 	enqueued := time.Since(start)
 	if err != nil {
-		return measured{}, err
+		return measured{}, fmt.Errorf("enqueueing (%d of %d tasks processed by then): %w", p.n.Load(), p.target, err)
 	}
-	if err := p.wait(ctx); err != nil {
+	if err := p.wait(ctx, sys); err != nil {
 		return measured{}, err
 	}
 	elapsed := time.Since(start)

@@ -37,7 +37,8 @@ type rprAsync struct {
 	method                   *tunnel.MethodDesc
 	req                      *wrapperspb.BytesValue
 	stopServing              context.CancelFunc
-	served                   chan error
+	served                   chan struct{} // closed once Serve has returned
+	serveErr                 error         // what Serve returned, once served is closed
 }
 
 // rprJobsDesc describes the service to rpr by hand (what generated code
@@ -62,7 +63,7 @@ func startRPRAsync(ctx context.Context, redisURL string, counted *counter, paylo
 		return nil, fmt.Errorf("payload: %w", err)
 	}
 	desc := rprJobsDesc(counted)
-	s := &rprAsync{method: &desc.Methods[0], req: req, served: make(chan error, 1)}
+	s := &rprAsync{method: &desc.Methods[0], req: req, served: make(chan struct{})}
 	quiet := slog.New(slog.DiscardHandler)
 	var err error
 	for _, rdb := range []*redis.UniversalClient{&s.serverRedis, &s.clientRedis} {
@@ -79,7 +80,10 @@ func startRPRAsync(ctx context.Context, redisURL string, counted *counter, paylo
 	srv.RegisterService(desc, struct{}{})
 	serveCtx, stop := context.WithCancel(context.Background())
 	s.stopServing = stop
-	go func() { s.served <- srv.Serve(serveCtx) }()
+	go func() {
+		s.serveErr = srv.Serve(serveCtx)
+		close(s.served)
+	}()
 	// Room for every task of the run at once: the producers outrun the
 	// server, and a refused enqueue would end the run.
 	backlog := int64(opts.Tasks + opts.Warmup + 1000)
@@ -95,6 +99,9 @@ func (s *rprAsync) Enqueue(ctx context.Context) error {
 	return err
 }
 
+// Stopped is closed if the server stops before Close, having failed.
+func (s *rprAsync) Stopped() <-chan struct{} { return s.served }
+
 func (s *rprAsync) Close() error {
 	var errs []error
 	if s.client != nil {
@@ -105,9 +112,9 @@ func (s *rprAsync) Close() error {
 	if s.stopServing != nil {
 		s.stopServing()
 		select {
-		case err := <-s.served: // nil once stopped; an error if it never started
-			if err != nil {
-				errs = append(errs, fmt.Errorf("rpr server: %w", err))
+		case <-s.served: // nil once stopped; an error if it never started
+			if s.serveErr != nil {
+				errs = append(errs, fmt.Errorf("rpr server: %w", s.serveErr))
 			}
 		case <-time.After(stopBound):
 			errs = append(errs, fmt.Errorf("rpr server did not stop within %v", stopBound))
@@ -183,6 +190,10 @@ func (s *asynqSystem) Enqueue(ctx context.Context) error {
 	_, err = s.client.EnqueueContext(ctx, asynq.NewTask(asynqTaskType, b))
 	return err
 }
+
+// Stopped never fires: an asynq server that cannot reach Redis keeps
+// trying (and logs it) rather than stop.
+func (s *asynqSystem) Stopped() <-chan struct{} { return nil }
 
 // Close shuts the server down (Shutdown returns once its processor,
 // heartbeater, forwarder, recoverer, janitor, syncer, subscriber,
