@@ -9,19 +9,33 @@ import (
 	"github.com/rprtunnel/rpr/internal/store"
 )
 
-// completion is one request's outcome waiting to be written: a fast-path
-// answer (store.Answer) when fast, else a store.Completion. A fast
-// answer uses the Completion's Target, EntryID, Response and, when the
-// server keeps finished calls, Record and RecordKey.
+// completion is one request's outcome waiting to be written, by the
+// script its kind names. A fast answer (store.Answer) uses the
+// Completion's Target, EntryID, Response and, when the server keeps
+// finished calls, Record and RecordKey; a fast done (store.Done) its
+// State and EntryID.
 type completion struct {
 	queue *queue
 	req   *received
-	fast  bool
+	kind  completionKind
 	store.Completion
 	// result receives the verdict (store.Written, store.CallerGone or
 	// store.Fenced) or an error.
 	result chan completionResult
 }
+
+// completionKind says which script writes a completion.
+type completionKind uint8
+
+const (
+	// completeClaimed: a request claimed in its state, or a fast one's
+	// failure (store.Complete).
+	completeClaimed completionKind = iota
+	// answerFast: a unary request's answer on the fast path (store.Answer).
+	answerFast
+	// doneFast: an async request's success on the fast path (store.Done).
+	doneFast
+)
 
 type completionResult struct {
 	n   int64
@@ -62,27 +76,63 @@ func (c *completer) complete(comp *completion) completionResult {
 }
 
 // completionGroup is the completions of one queue and kind, written by one
-// script call: answers, or the rest.
+// script call.
 type completionGroup struct {
 	queue    *queue
-	fast     bool
+	kind     completionKind
 	items    []*completion
 	answers  *store.Answer
+	done     *store.Done
 	complete *store.Complete
+}
+
+// newCompletionGroup starts the group of comp's queue and kind, for up to
+// size completions.
+func (c *completer) newCompletionGroup(comp *completion, size int) *completionGroup {
+	g := &completionGroup{queue: comp.queue, kind: comp.kind}
+	q := comp.queue
+	switch g.kind {
+	case answerFast:
+		g.answers = store.NewAnswer(q.requests, c.retention, size)
+	case doneFast:
+		g.done = store.NewDone(q.requests, c.workerID, comp.TTL, size)
+	default:
+		g.complete = store.NewComplete(q.requests, q.retries, c.workerID, c.maxDeadLetters, size)
+	}
+	return g
+}
+
+// add adds comp to the group's script call.
+func (g *completionGroup) add(comp *completion) {
+	g.items = append(g.items, comp)
+	switch g.kind {
+	case answerFast:
+		g.answers.Add(comp.Target, comp.EntryID, comp.Response, comp.RecordKey, comp.Record)
+	case doneFast:
+		g.done.Add(comp.State, comp.EntryID, comp.req.env.Attempt)
+	default:
+		g.complete.Add(&comp.Completion)
+	}
 }
 
 // call returns the group's script call.
 func (g *completionGroup) call() *store.Call {
-	if g.fast {
+	switch g.kind {
+	case answerFast:
 		return &g.answers.Call
+	case doneFast:
+		return &g.done.Call
 	}
 	return &g.complete.Call
 }
 
 // result returns the group's verdicts.
 func (g *completionGroup) result() ([]int64, error) {
-	if g.fast {
+	switch g.kind {
+	case answerFast:
 		return g.answers.Result()
+	case doneFast:
+		return g.done.Result()
 	}
 	return g.complete.Result()
 }
@@ -96,20 +146,10 @@ func (c *completer) flush(batch []*completion) {
 	for _, comp := range batch {
 		g := groupFor(groups, comp)
 		if g == nil {
-			g = &completionGroup{queue: comp.queue, fast: comp.fast}
-			if g.fast {
-				g.answers = store.NewAnswer(comp.queue.requests, c.retention, len(batch))
-			} else {
-				g.complete = store.NewComplete(comp.queue.requests, comp.queue.retries, c.workerID, c.maxDeadLetters, len(batch))
-			}
+			g = c.newCompletionGroup(comp, len(batch))
 			groups = append(groups, g)
 		}
-		g.items = append(g.items, comp)
-		if g.fast {
-			g.answers.Add(comp.Target, comp.EntryID, comp.Response, comp.RecordKey, comp.Record)
-		} else {
-			g.complete.Add(&comp.Completion)
-		}
+		g.add(comp)
 	}
 	calls := make([]*store.Call, len(groups))
 	for i, g := range groups {
@@ -133,7 +173,7 @@ func (c *completer) flush(batch []*completion) {
 // Batches hold few queues, so a scan beats a map.
 func groupFor(groups []*completionGroup, comp *completion) *completionGroup {
 	for _, g := range groups {
-		if g.queue == comp.queue && g.fast == comp.fast {
+		if g.queue == comp.queue && g.kind == comp.kind {
 			return g
 		}
 	}

@@ -71,10 +71,11 @@ type received struct {
 	// call, the attempt's time limit for an async request.
 	deadline int64
 	// state is the request's state hash: named by the request id, or by
-	// the idempotency key for an async request; "" on the fast path.
+	// the idempotency key for an async request; "" for a unary request on
+	// the fast path.
 	state string
-	// fast marks a unary request on the fast path: no state hash while
-	// it runs (store.Answer).
+	// fast marks a request on the fast path (see takesFastPath): no claim
+	// in a state hash while it runs; its delivery is its claim.
 	fast bool
 	// takenFrom names the worker an entry was reclaimed from ("unknown"
 	// when Redis did not say); "" for an entry read afresh.
@@ -243,11 +244,12 @@ func (r *serveRun) recreateGroup(ctx context.Context, q *queue) {
 
 // process handles entries this worker just received: read (previous nil)
 // or reclaimed from other workers (previous maps each entry to the worker
-// that held it, "" when not known); each holds a handler slot. Entries that cannot be decoded are dealt with one by one. Unary
-// requests delivered for the first time and within their deadline take the
-// fast path (store.Answer): their delivery is their claim, so they run
-// at once, with no round trip. The rest go through beginScript together,
-// which decides in one round trip which of them this worker may run.
+// that held it, "" when not known); each holds a handler slot. Entries
+// that cannot be decoded are dealt with one by one. Requests that take
+// the fast path (takesFastPath) delivered for the first time and within
+// their deadline run at once, with no round trip: their delivery is their
+// claim. The rest go through beginScript together, which decides in one
+// round trip which of them this worker may run.
 //
 // Of the entries that take the fast path (only ever read afresh), the last
 // is not started but returned, for the reading goroutine to run itself
@@ -272,8 +274,8 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 			r.releaseSlots(q, 1)
 		case req.method == nil && r.handOff(ctx, q, req, hops):
 			r.releaseSlots(q, 1)
-		case previous == nil && req.env.Kind == wire.KindUnary && now < req.deadline && r.server.trust.replaySafe(req):
-			req.fast = true // no state hash: req.state stays ""
+		case previous == nil && takesFastPath(q, req) && now < req.deadline && r.server.trust.replaySafe(req):
+			req.fast = true // no claim in a state hash
 			if mine != nil {
 				r.run(mine.queue, mine.req, mine.decision)
 			}
@@ -339,6 +341,35 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 	return nil
 }
 
+// takesFastPath reports whether req of q, read afresh within its
+// deadline, runs with no claim in a state hash (its delivery is its
+// claim): when it is of a kind that does (fastPathKind) and, for an async
+// request, every worker of the service knows it (a worker of an earlier
+// release would run one it took over as a request that never ran).
+func takesFastPath(q *queue, req *received) bool {
+	return fastPathKind(req.env) && (req.env.Kind != wire.KindAsync || q.asyncFastPath.Load())
+}
+
+// fastPathKind reports whether env is of a kind that takes the fast path
+// (store.BeginEntry.Fast): a unary call, whose answer is its record
+// (store.Answer), and the first attempt of an async request without an
+// idempotency key of its caller's, never replayed, whose success writes
+// only its done marker (store.Done). What the begin script checks for
+// those cannot have happened: nothing but a crash delivers such an entry
+// twice (a retry, a replay and another request with the caller's key come
+// as a later attempt, a replay or under that key, and take the begin
+// script). For async requests that saves the begin script's three
+// commands and its round trip, and two of the completion's four.
+func fastPathKind(env *wire.Request) bool {
+	switch env.Kind {
+	case wire.KindUnary:
+		return true
+	case wire.KindAsync:
+		return env.Attempt == 1 && env.Replays == 0 && (env.Key == "" || env.Key == env.ID)
+	}
+	return false
+}
+
 // begin runs the begin script over batch, which decides in one round trip
 // which of its entries this worker may run.
 func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]store.Decision, error) {
@@ -354,6 +385,7 @@ func (r *serveRun) begin(ctx context.Context, q *queue, batch []*received) ([]st
 			Idempotent: req.method != nil && req.method.Idempotent && req.env.Kind != wire.KindStream,
 			Attempt:    req.env.Attempt,
 			TakenFrom:  req.takenFrom,
+			Fast:       fastPathKind(req.env) && r.server.trust.replaySafe(req),
 		}
 		if req.env.Kind == wire.KindUnary {
 			entry.ReplyTo = req.env.ReplyTo
@@ -411,6 +443,10 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	if req.env.Kind == wire.KindAsync {
 		comp := r.asyncOutcome(q, req, resp, handlerErr, d, log)
 		recordOwnKey(q, req, &comp.Completion)
+		if req.fast && comp.Action == store.ActionDone {
+			comp.kind = doneFast // the done marker alone
+		}
+		comp.Fast = req.fast // a failure: no claim to fence with
 		r.complete(q, req, comp, log)
 		return
 	}
@@ -424,8 +460,11 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		return
 	}
 	ttl := stateTTL(deadline)
-	comp := &completion{fast: req.fast, // no state to record on the fast path
+	comp := &completion{kind: completeClaimed,
 		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}
+	if req.fast {
+		comp.kind = answerFast // no state to record
+	}
 	if s.opts.Retention > 0 {
 		r.recordFinished(q, req, resp, started, &comp.Completion)
 	}

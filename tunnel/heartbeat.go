@@ -69,15 +69,20 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	var lost []*serverService
 	for i, call := range calls {
 		call.Recover(ctx, s.rdb)
-		at, missing, err := call.Result()
+		beat, err := call.Result()
 		if err != nil {
 			return err
 		}
 		if i == 0 {
-			redisNow = at
+			redisNow = beat.At
 		}
-		if missing {
+		if beat.SchemaMissing {
 			lost = append(lost, beats[i].svc)
+		}
+		if beats[i].key == s.keys.Workers(beats[i].svc.name) {
+			// The service's shard 0 hash, which every worker of it beats
+			// into: the async fast path is safe while all of them know it.
+			beats[i].svc.asyncFastPath.Store(beat.AllFastPath)
 		}
 	}
 	s.clock.observe(redisNow, sentAt, received)
@@ -98,7 +103,7 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 func (s *Server) workerRecord() wire.Worker {
 	host, _ := os.Hostname()
 	return wire.Worker{Host: host, PID: os.Getpid(), Started: s.created.UnixMilli(), Lane: s.opts.Lane, RetentionMs: s.opts.Retention.Milliseconds(),
-		MaxDeadLetters: s.deadLetterCap()}
+		MaxDeadLetters: s.deadLetterCap(), AsyncFastPath: true}
 }
 
 // heartbeatLoop beats every wire.BeatInterval until stop is closed,

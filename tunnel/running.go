@@ -161,7 +161,11 @@ func (r *serveRun) extendOnce(ctx context.Context) {
 		call.Use(s.dialect)
 		idOfEntry := make(map[string]string, len(reqs))
 		for id, req := range reqs {
-			call.Add(req.entryID, req.state) // "" on the fast path
+			state := req.state
+			if req.fast {
+				state = "" // no claim in it: the pending list says whose it is
+			}
+			call.Add(req.entryID, state)
 			idOfEntry[req.entryID] = id
 		}
 		store.Run(ctx, s.rdb, &call.Call)

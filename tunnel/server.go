@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -136,8 +137,11 @@ type ServerOptions struct {
 	Trust *Trust
 	// RetryPollInterval is how often the server moves due async retries
 	// and delayed requests to the queue (default DefaultRetryPollInterval,
-	// 250ms): a delayed request
-	// runs no earlier than asked and usually within this of it.
+	// 250ms): a delayed request runs no earlier than asked and usually
+	// within this of it. While nothing waits in the retry set the server
+	// looks four times less often, so a delayed request a client adds to
+	// an empty set may start up to four intervals late (a second by
+	// default); retries the server writes itself are moved on time.
 	RetryPollInterval time.Duration
 	// Lane is the lane this server serves (default DefaultLane): it reads
 	// only the requests that the services' routing tables send to this
@@ -211,6 +215,10 @@ type serverService struct {
 	// descriptor (a hand-written ServiceDesc).
 	schema   []byte
 	schemaID string
+	// asyncFastPath: every worker of the service the last heartbeat saw
+	// knows the async fast path (wire.Worker.AsyncFastPath), so this one
+	// may take it (takesFastPath).
+	asyncFastPath atomic.Bool
 }
 
 // NewServer returns a Server that serves through rdb. rdb stays the

@@ -15,9 +15,16 @@ import (
 //	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] lease ms
 //	ARGV[4] state margin ms (kept past the deadline)
 //	ARGV[5] silence ms after which a worker without a heartbeat is dead
-//	ARGV[6k..6k+5] entry k: entry id, deadline (ms), idempotent (1|0),
+//	ARGV[7k-1..7k+5] entry k: entry id, deadline (ms), idempotent (1|0),
 //	                 attempt, has a caller waiting for a reply (1|0),
-//	                 the worker it was taken over from ('' when read afresh)
+//	                 the worker it was taken over from ('' when read
+//	                 afresh), runs on the fast path when read afresh (1|0)
+//
+// An entry taken over without a state hash that runs on the fast path
+// when read afresh (its delivery was its claim) may have run under the
+// worker it was taken from: it is rerun when idempotent and answered
+// "outcome unknown" ('orphan') otherwise. Any other entry without a state
+// hash never ran: no worker had claimed it.
 //
 // An async entry whose state holds a dead letter waiting for room
 // (wire.StateHeld, see completeScript) is claimed with the decision
@@ -43,9 +50,10 @@ end
 local out = {}
 for k = 1, (#KEYS - 2) / 2 do
   local st, reply = KEYS[2 * k + 1], KEYS[2 * k + 2]
-  local entry, deadline = ARGV[6 * k], tonumber(ARGV[6 * k + 1])
-  local idempotent, attempt = ARGV[6 * k + 2] == '1', tonumber(ARGV[6 * k + 3])
-  local replies, takenFrom = ARGV[6 * k + 4] == '1', ARGV[6 * k + 5]
+  local a = 7 * k - 2
+  local entry, deadline = ARGV[a + 1], tonumber(ARGV[a + 2])
+  local idempotent, attempt = ARGV[a + 3] == '1', tonumber(ARGV[a + 4])
+  local replies, takenFrom, fast = ARGV[a + 5] == '1', ARGV[a + 6], ARGV[a + 7] == '1'
   local ttl = state_ttl(deadline, now, margin)
   local function retire()
     redis.call('XACK', stream, group, entry)
@@ -75,8 +83,8 @@ for k = 1, (#KEYS - 2) / 2 do
       redis.call('PEXPIRE', st, margin)
       retire()
       out[k] = {'expired', ''}
-    elseif takenFrom ~= '' and replies then
-      -- a fast-path unary request whose worker is gone: it may have run
+    elseif takenFrom ~= '' and fast then
+      -- a fast-path request whose worker is gone: it may have run
       claim()
       redis.call('HSET', st, 'previous_worker', takenFrom)
       if idempotent then out[k] = {'rerun', takenFrom} else out[k] = {'orphan', takenFrom} end
@@ -184,16 +192,21 @@ type BeginEntry struct {
 	// TakenFrom names the worker the entry was reclaimed from; "" when
 	// read afresh.
 	TakenFrom string
+	// Fast: read afresh, the entry runs on the fast path (no state hash
+	// while it runs: its delivery is its claim), so when it is taken over
+	// without a state hash it may have run.
+	Fast bool
 }
 
 // Begin decides, for a batch of request entries of one stream that a
 // worker has just read or reclaimed, which it may run, in one round trip
 // (see the verdicts, VerdictRun to VerdictForeign).
 //
-// A unary entry taken over without a state hash ran on the fast path
-// (its delivery was its claim) under a worker that is gone, which may
-// have executed it: it is rerun when idempotent and answered "outcome
-// unknown" (VerdictOrphan) otherwise. A request PROCESSING under another worker
+// An entry taken over without a state hash that takes the fast path
+// (BeginEntry.Fast: its delivery was its claim) ran under a worker that
+// is gone, which may have executed it: it is rerun when idempotent and
+// answered "outcome unknown" (VerdictOrphan) otherwise. A request
+// PROCESSING under another worker
 // is taken over only when that worker is gone: its lease on the request
 // expired and it has not beaten for the silence. (A PROCESSING request
 // under this very worker id is from an earlier life of it: the caller
@@ -210,7 +223,7 @@ type Begin struct {
 func NewBegin(sk Shard, stream, worker string, lease, margin, silence time.Duration, size int) *Begin {
 	b := &Begin{Call: Call{script: beginScript}}
 	b.keys = append(make([]string, 0, 2+2*size), stream, sk.Workers())
-	b.args = append(make([]any, 0, 5+6*size), WorkersGroup, worker, lease.Milliseconds(), margin.Milliseconds(), silence.Milliseconds())
+	b.args = append(make([]any, 0, 5+7*size), WorkersGroup, worker, lease.Milliseconds(), margin.Milliseconds(), silence.Milliseconds())
 	return b
 }
 
@@ -221,7 +234,7 @@ func (b *Begin) Add(e BeginEntry) {
 		reply, replies = e.State, 0 // never written; keeps the script in one slot
 	}
 	b.keys = append(b.keys, e.State, reply)
-	b.args = append(b.args, e.EntryID, e.Deadline, flag(e.Idempotent), e.Attempt, replies, e.TakenFrom)
+	b.args = append(b.args, e.EntryID, e.Deadline, flag(e.Idempotent), e.Attempt, replies, e.TakenFrom, flag(e.Fast))
 	b.n++
 }
 

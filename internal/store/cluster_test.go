@@ -86,6 +86,12 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 			a.Add(resp, entry2, []byte("resp"), shard.Done("b"), []byte(`{"method":"M"}`))
 			return a
 		}().Call,
+		// the async fast path's success: the done marker only
+		&func() *Done {
+			d := NewDone(req, worker, time.Minute, 1)
+			d.Add(shard.State("e"), entry2, 1)
+			return d
+		}().Call,
 		&NewArbiter(shard, req, keys.Cancels(service), "b", "b", entry2, wire.StateTimeout, time.Second).Call,
 		&NewReply(resp, []byte("resp")).Call,
 		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}, 10).Call,

@@ -31,14 +31,16 @@ import (
 //	         stream; done: its state hash again)   KEYS[3k+1] its state hash
 //	KEYS[3k+2] its record key (Shard.Done; its state hash again for none)
 //	ARGV[1] consumer group   ARGV[2] worker id   ARGV[3] dead-letter cap
-//	ARGV[12k-8..12k+3] request k: entry id, action, final state, state TTL
+//	ARGV[13k-9..13k+3] request k: entry id, action, final state, state TTL
 //	         ms, response envelope (stored in the state; '' for none),
 //	         envelope to retry or dead-letter, and for retry the backoff ms,
 //	         for dead a JSON array of field/value pairs for the entry ('':
 //	         the pairs held in the state); the request id to record in the
 //	         state ('' for none), the finished record ('' for none) and its
 //	         TTL ms; for dead the envelope to hold ('': written whatever
-//	         the cap) and the hold's backoff ms
+//	         the cap) and the hold's backoff ms; 1 when it ran on the
+//	         fast path (no claim in its state: an absent state is this
+//	         worker's), else 0
 //
 // Returns one result per request: 1 when done, 0 when the reply stream no
 // longer exists (the caller is gone; nothing is created for it), 2 when
@@ -58,14 +60,15 @@ local cap = tonumber(ARGV[3])
 local out, done = {}, {}
 for k = 1, (#KEYS - 2) / 3 do
   local target, st, rec = KEYS[3 * k], KEYS[3 * k + 1], KEYS[3 * k + 2]
-  local a = 12 * k - 9
+  local a = 13 * k - 10
   local entry, action, final, ttl = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local resp, env, extra = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local id, record, recordTTL = ARGV[a + 8], ARGV[a + 9], ARGV[a + 10]
   local cur = redis.pcall('HMGET', st, 'state', 'worker', 'attempt')
+  local fast = ARGV[a + 13] == '1'
   if wrong_type(cur) then
     out[k] = -3
-  elseif cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2] then
+  elseif (cur[1] ~= 'PROCESSING' or cur[2] ~= ARGV[2]) and not (fast and not cur[1]) then
     out[k] = -1
   elseif action == 'dead' and cap > 0 and ARGV[a + 11] ~= '' and redis.call('XLEN', target) >= cap then
     if extra == '' then extra = redis.call('HGET', st, 'held') or '[]' end
@@ -83,7 +86,7 @@ for k = 1, (#KEYS - 2) / 3 do
       -- details nor an earlier attempt's error (which would also have made
       -- the hash a large one).
       redis.call('DEL', st)
-      fields = {'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3]}
+      fields = {'state', final, 'done_ms', clock(), 'worker', ARGV[2], 'attempt', cur[3] or 1}
     elseif resp ~= '' then
       fields = {'state', final, 'done_ms', clock(), 'lease', 0, 'resp', resp}
     else
@@ -176,6 +179,10 @@ type Completion struct {
 	Record    []byte
 	RecordKey string
 	RecordTTL time.Duration
+	// Fast: the request ran on the fast path, without a claim in its
+	// state (see BeginEntry.Fast), so no state is as good as this
+	// worker's claim: a takeover would have written one.
+	Fast bool
 }
 
 // Fenced is Complete's result for a request this worker lost to another
@@ -213,7 +220,7 @@ type Complete struct {
 func NewComplete(stream, retries, worker string, maxDeadLetters int64, size int) *Complete {
 	c := &Complete{Call: Call{script: completeScript}}
 	c.keys = append(make([]string, 0, 2+3*size), stream, retries)
-	c.args = append(make([]any, 0, 3+12*size), WorkersGroup, worker, max(maxDeadLetters, 0))
+	c.args = append(make([]any, 0, 3+13*size), WorkersGroup, worker, max(maxDeadLetters, 0))
 	return c
 }
 
@@ -243,7 +250,7 @@ func (c *Complete) Add(comp *Completion) {
 	c.keys = append(c.keys, target, comp.State, recordKey)
 	c.args = append(c.args, comp.EntryID, comp.Action, comp.Final,
 		ttlMillis(comp.TTL), comp.Response, comp.Envelope, extra,
-		comp.ID, record, ttlMillis(comp.RecordTTL), hold, holdBackoff)
+		comp.ID, record, ttlMillis(comp.RecordTTL), hold, holdBackoff, flag(comp.Fast))
 	c.n++
 }
 

@@ -19,8 +19,10 @@ import (
 //	ARGV[3] prune age in ms     ARGV[4] retention in ms
 //	ARGV[5] schema version (with KEYS[2])
 //
-// Returns {seconds, microseconds, schema missing (1|0)}: Redis's TIME
-// and whether the schema must be published again.
+// Returns {seconds, microseconds, schema missing (1|0), fast (1|0)}:
+// Redis's TIME, whether the schema must be published again, and whether
+// every worker the hash keeps (this one included) announces
+// async_fast_path (wire.Worker.AsyncFastPath).
 var heartbeatScript = newOOMScript("heartbeat", `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -28,10 +30,13 @@ local info = cjson.decode(ARGV[2])
 info['beat_ms'] = now
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(info))
 local all = redis.call('HGETALL', KEYS[1])
+local fast = 1
 for i = 1, #all, 2 do
   local beat = beat_ms(all[i + 1])
   if not beat or now - beat > tonumber(ARGV[3]) then
     redis.call('HDEL', KEYS[1], all[i])
+  elseif not string.find(all[i + 1], '"async_fast_path":true', 1, true) then
+    fast = 0
   end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -43,7 +48,7 @@ if KEYS[2] then
     redis.call('PEXPIRE', KEYS[2], ARGV[4])
   end
 end
-return {t[1], t[2], missing}
+return {t[1], t[2], missing, fast}
 `)
 
 // Heartbeat stamps a worker's record in one workers hash with Redis's
@@ -67,20 +72,33 @@ func NewHeartbeat(workers, worker string, record []byte, prune, retention time.D
 	return &Heartbeat{Call: Call{script: heartbeatScript, keys: keys, args: args}}
 }
 
-// Result returns Redis's time at the beat, and whether the schema version
-// the beat named is missing from the schemas hash.
-func (h *Heartbeat) Result() (at time.Time, schemaMissing bool, err error) {
+// Beat is what a heartbeat found.
+type Beat struct {
+	// At is Redis's time at the beat.
+	At time.Time
+	// SchemaMissing: the schema version the beat named is missing from
+	// the schemas hash.
+	SchemaMissing bool
+	// AllFastPath: every worker of the hash announces AsyncFastPath in
+	// its record (wire.Worker), so none would take over a request that
+	// ran on the fast path as one that never ran.
+	AllFastPath bool
+}
+
+// Result returns what the beat found.
+func (h *Heartbeat) Result() (Beat, error) {
 	reply, err := h.reply()
 	if err != nil {
-		return time.Time{}, false, err
+		return Beat{}, err
 	}
 	parts, ok := reply.([]any)
-	if !ok || len(parts) != 3 {
-		return time.Time{}, false, fmt.Errorf("script heartbeat: unexpected reply %v", reply)
+	if !ok || len(parts) != 4 {
+		return Beat{}, fmt.Errorf("script heartbeat: unexpected reply %v", reply)
 	}
-	at, err = ParseTime(parts[:2])
+	at, err := ParseTime(parts[:2])
 	missing, _ := parts[2].(int64)
-	return at, missing == 1, err
+	fast, _ := parts[3].(int64)
+	return Beat{At: at, SchemaMissing: missing == 1, AllFastPath: fast == 1}, err
 }
 
 // ParseTime reads Redis's TIME reply, {seconds, microseconds}, as a script

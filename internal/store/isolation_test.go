@@ -115,7 +115,7 @@ func TestBeginDecidesEachEntryAlone(t *testing.T) {
 	b.Add(BeginEntry{State: foreignState, ReplyTo: w.here, EntryID: entries[0], Deadline: deadline, Attempt: 1})
 	b.Add(BeginEntry{State: answered, ReplyTo: w.squatted, EntryID: entries[1], Deadline: deadline, Attempt: 1})
 	b.Add(BeginEntry{State: w.shard.State("far"), ReplyTo: w.here, EntryID: entries[2], Deadline: math.MaxInt64,
-		Idempotent: true, Attempt: 1, TakenFrom: "ghost"})
+		Idempotent: true, Attempt: 1, TakenFrom: "ghost", Fast: true})
 	b.Add(BeginEntry{State: w.shard.State("good"), ReplyTo: w.here, EntryID: entries[3], Deadline: deadline, Attempt: 1})
 	Run(w.ctx, w.rdb, &b.Call)
 	got, err := b.Result()

@@ -30,7 +30,7 @@ func TestFlaggedFormsRunAtMaxmemory(t *testing.T) {
 	plain := NewHeartbeat(shard.Workers(), "w1", []byte("{}"), time.Minute, time.Hour, "", "")
 	Run(ctx, rdb, &plain.Call)
 	var se *ScriptError
-	if _, _, err := plain.Result(); !errors.As(err, &se) || se.Code != "OOM" {
+	if _, err := plain.Result(); !errors.As(err, &se) || se.Code != "OOM" {
 		t.Errorf("plain heartbeat at maxmemory: %v; want refused with OOM", err)
 	}
 	if n, _ := rdb.HLen(ctx, shard.Workers()).Result(); n != 0 {
@@ -40,7 +40,7 @@ func TestFlaggedFormsRunAtMaxmemory(t *testing.T) {
 	flagged := NewHeartbeat(shard.Workers(), "w1", []byte("{}"), time.Minute, time.Hour, "", "")
 	flagged.Use(d)
 	Run(ctx, rdb, &flagged.Call)
-	if _, _, err := flagged.Result(); err != nil {
+	if _, err := flagged.Result(); err != nil {
 		t.Errorf("flagged heartbeat at maxmemory: %v; want it to beat", err)
 	}
 	if n, _ := rdb.HLen(ctx, shard.Workers()).Result(); n != 1 {

@@ -75,10 +75,17 @@
 // at once: its delivery is its claim, and no state hash is written (the
 // fast path). Its answer is written with the answer script, which adds the
 // Response to ReplyTo with NOMKSTREAM (nothing is created for a caller
-// that is gone) and XACKs and XDELs the request entry. Any other entry
-// (reclaimed, async, past its deadline) goes through the begin script,
-// which decides with the state hash whether it runs; its outcome is
-// written by the complete script, fenced by the state's worker.
+// that is gone) and XACKs and XDELs the request entry. The first attempt
+// of an async request whose idempotency key is its request id (the
+// caller chose none), never replayed, takes the fast path too (see Async
+// requests). Any other entry (reclaimed, retried, replayed, keyed, past
+// its deadline) goes through the begin script, which decides with the
+// state hash whether it runs; its outcome is written by the complete
+// script, fenced by the state's worker (a failure of a fast-path request
+// counts an absent state as its worker's). An entry that takes the fast
+// path and is taken over without a state hash may have run: it is run
+// again only when the method is idempotent, else answered (or, async,
+// dead-lettered) "outcome unknown".
 //
 // A caller whose deadline passes or whose context is cancelled runs the
 // arbiter script: a request not yet delivered is deleted and marked
@@ -118,7 +125,12 @@
 // After the last attempt, or on a permanent error, the original envelope
 // goes to T:dlq with the DeadLetter fields (DL*) and the state becomes
 // DEAD. A success leaves the state SUCCESS for the idempotency window, so
-// another request with the key is not run again.
+// another request with the key is not run again. On the fast path (no
+// claim in the state while it runs) the done script writes that marker
+// (StateField SUCCESS, StateDoneMs, StateWorker, StateAttempt) with HSET
+// and PEXPIRE and retires the entry, unfenced: a worker cut off from Redis
+// past its lease whose request was taken over still records the success,
+// and the taker's completion is then fenced.
 //
 // Servers keep each T:dlq under a cap (their worker records announce it as
 // max_dead_letters) and never trim it. A dead letter for a T:dlq at the cap

@@ -38,6 +38,13 @@ type Worker struct {
 	// of the service under (ServerOptions.MaxDeadLetters); absent when it
 	// keeps none, as workers of releases before it do not.
 	MaxDeadLetters int64 `json:"max_dead_letters,omitempty"`
+	// AsyncFastPath says the worker knows that an async request taken
+	// over without a state hash may have run (its first attempt runs on
+	// the fast path: its delivery is its claim); absent in records of
+	// workers of releases before it, which would run such a request again
+	// as one that never ran. A worker runs async requests on the fast path
+	// only while every worker recorded for the service says so.
+	AsyncFastPath bool `json:"async_fast_path,omitempty"`
 }
 
 // Serves reports whether the worker serves method (a method's short
