@@ -51,6 +51,9 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 	backoff := newBackoff(50*time.Millisecond, time.Second)
 	for {
 		res := r.completer.complete(comp)
+		if res.err == nil && (res.n == store.Held || (res.n == store.Written && comp.Action == store.ActionRetry)) {
+			q.notifyRetry()
+		}
 		switch {
 		case res.err == nil && res.n == store.Written && comp.Action == store.ActionDead && comp.LetterHeld:
 			log.Error("rpr: held async request dead-lettered, now that its dead-letter stream has room")

@@ -26,6 +26,17 @@ type queue struct {
 	// is signalled when it gives one back (see acquire).
 	held  atomic.Int64
 	freed chan struct{}
+	// retryAdded wakes the queue's mover (moveDue) when this server put a
+	// request in the retry set.
+	retryAdded chan struct{}
+}
+
+// notifyRetry wakes q's mover, which may be waiting out an idle interval.
+func (q *queue) notifyRetry() {
+	select {
+	case q.retryAdded <- struct{}{}:
+	default: // a wake-up is already pending
+	}
 }
 
 // stateKey is the state hash of one of the queue's requests.
@@ -41,6 +52,7 @@ func (s *Server) newQueue(svc *serverService, shard int) *queue {
 		requests:      keys.Requests(s.opts.Lane),
 		retries:       keys.Retries(s.opts.Lane),
 		freed:         make(chan struct{}, 1),
+		retryAdded:    make(chan struct{}, 1),
 	}
 }
 
