@@ -63,10 +63,13 @@ type Request struct {
 	// ReplyTo is the caller's response stream (unary calls only).
 	ReplyTo string `msgpack:"r,omitempty"`
 	// Enqueued is unix milliseconds on Redis's clock when the call was sent.
-	Enqueued int64  `msgpack:"t"`
-	Attempt  int    `msgpack:"a"`
-	Kind     Kind   `msgpack:"k"`
-	Payload  []byte `msgpack:"p"`
+	Enqueued int64 `msgpack:"t"`
+	Attempt  int   `msgpack:"a"`
+	Kind     Kind  `msgpack:"k"`
+	// Payload is the request message, marshalled. Decoded from a string
+	// (DecodeRequestString) it shares the string's memory: read it, never
+	// write to it.
+	Payload []byte `msgpack:"p"`
 
 	// The fields below are for async requests only.
 
@@ -139,7 +142,9 @@ type Response struct {
 	Details [][]byte `msgpack:"x,omitempty"`
 	Header  Metadata `msgpack:"h,omitempty"`
 	Trailer Metadata `msgpack:"tr,omitempty"`
-	Payload []byte   `msgpack:"p,omitempty"`
+	// Payload is the response message, marshalled; decoded from a string
+	// (DecodeResponseString) it shares the string's memory, read-only.
+	Payload []byte `msgpack:"p,omitempty"`
 	// Refused says the server turned the call down before any of it ran
 	// (a stream over ServerOptions.MaxStreams, an open it cannot take):
 	// the caller may open it again. Only StreamVersion and SignedVersion

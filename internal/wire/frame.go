@@ -90,7 +90,7 @@ type Frame struct {
 
 // EncodeFrame encodes a frame as msgpack.Marshal would, without reflection.
 func EncodeFrame(f *Frame) ([]byte, error) {
-	w := newEnvelopeWriter()
+	w := newEnvelopeWriter(len(f.Payload) + metadataBytes(f.Header))
 	defer w.release()
 	// v, id and t are always written; the rest are omitempty.
 	w.mapLen(3 + present(f.Seq != 0, len(f.Payload) > 0, len(f.Header) > 0, f.Inbox != "", f.Worker != "",
@@ -229,7 +229,7 @@ func readFrameFields(r *envelopeReader, f *Frame) error {
 		case "q":
 			f.Seq, err = decodeInt[int64](r)
 		case "p":
-			f.Payload, err = r.bytes()
+			f.Payload, err = r.payload()
 		case "h":
 			err = r.metadata(&f.Header)
 		case "in":

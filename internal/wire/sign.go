@@ -157,7 +157,7 @@ func cancelSigned(service, id string) []byte {
 // SealRequest encrypts env's Header and Payload into Sealed and clears
 // them; the nonce is random and the request id is authenticated with them.
 func (k *CallerKey) SealRequest(env *Request) error {
-	w := newEnvelopeWriter()
+	w := newEnvelopeWriter(len(env.Payload) + metadataBytes(env.Header))
 	defer w.release()
 	w.mapLen(2)
 	w.metadata("h", env.Header)
@@ -195,7 +195,7 @@ func (k *CallerKey) OpenRequest(env *Request) error {
 // SealResponse encrypts all of env but ID and Code into Sealed and clears
 // those fields.
 func (k *CallerKey) SealResponse(env *Response) error {
-	w := newEnvelopeWriter()
+	w := newEnvelopeWriter(responseBulk(env))
 	defer w.release()
 	w.mapLen(present(env.Message != "", len(env.Details) > 0, len(env.Header) > 0,
 		len(env.Trailer) > 0, len(env.Payload) > 0, env.Refused))
