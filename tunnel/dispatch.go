@@ -86,6 +86,8 @@ type received struct {
 	// denied is the PERMISSION_DENIED error the request gets instead of
 	// its handler when its caller may not call its method.
 	denied error
+	// log is the request's logger once handled (Server.handlerLog).
+	log requestLogger
 }
 
 // readRequests takes requests of q in batches, never more than there are
@@ -412,7 +414,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		r.completeHeld(q, req)
 		return
 	}
-	log := s.requestLog(req.env)
+	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // RequestID is a parsed request id. Ids look like
@@ -38,24 +39,33 @@ func (id RequestID) String() string {
 
 // newRequestID makes a fresh id for biz at now.
 func newRequestID(biz string, now time.Time) string {
-	var b strings.Builder
-	b.Grow(requestIDSize)
-	b.WriteString(now.UTC().Format(idDateLayout))
-	b.WriteByte('-')
-	b.WriteString(biz)
-	b.WriteByte('-')
-	ms := strconv.FormatInt(now.UnixMilli(), 10)
-	for range 13 - len(ms) {
-		b.WriteByte('0')
+	// Appended into one buffer: Format and FormatInt would each allocate.
+	b := make([]byte, 0, requestIDSize)
+	b = now.UTC().AppendFormat(b, idDateLayout)
+	b = append(b, '-')
+	b = append(b, biz...)
+	b = append(b, '-')
+	ms := now.UnixMilli()
+	for range 13 - digits(ms) {
+		b = append(b, '0')
 	}
-	b.WriteString(ms)
-	b.WriteByte('-')
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, '-')
 	r := rand.Uint64()
 	for range randomIDLen {
-		b.WriteByte(idAlphabet[r&31])
+		b = append(b, idAlphabet[r&31])
 		r >>= 5
 	}
-	return b.String()
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
+}
+
+// digits is how many decimal digits n (≥ 0) has.
+func digits(n int64) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }
 
 // ParseRequestID parses an id made by rpr and checks every part, so a

@@ -21,6 +21,15 @@ func (s *Server) requestLog(env *wire.Request) *requestLogger {
 	return &requestLogger{base: s.log, env: env}
 }
 
+// handlerLog returns the logger of the request req, kept in req itself so
+// that handling a request allocates none.
+func (s *Server) handlerLog(req *received) *requestLogger {
+	if req.log.base == nil {
+		req.log = requestLogger{base: s.log, env: req.env}
+	}
+	return &req.log
+}
+
 func (l *requestLogger) logger() *slog.Logger {
 	if l.made == nil {
 		l.made = l.base.With("request_id", l.env.ID, "method", l.env.Method)

@@ -34,19 +34,36 @@ type tracing struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
 	methods    *boundedCache[string, methodSpans]
+	// unset is the global TracerProvider as it was when the tracing was
+	// made, for a tracing that uses the global one. While it is still the
+	// global one, nobody installed a provider, every span would be a
+	// no-op, and none is started (off): that saved a span and a context
+	// on each side of every call. Once a provider is installed, tracer
+	// (taken from the global one) delegates to it.
+	unset trace.TracerProvider
 }
 
 // newTracing uses tp, or the global TracerProvider when tp is nil, and
 // W3C trace context unless another propagator is given.
 func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) tracing {
+	var unset trace.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
+		unset = tp
 	}
 	if prop == nil {
 		prop = propagation.TraceContext{}
 	}
-	return tracing{tracer: tp.Tracer(tracerName), propagator: prop, methods: &boundedCache[string, methodSpans]{}}
+	return tracing{tracer: tp.Tracer(tracerName), propagator: prop, methods: &boundedCache[string, methodSpans]{}, unset: unset}
 }
+
+// off reports whether spans would record nothing: the tracing uses the
+// global TracerProvider and none has been installed.
+func (t tracing) off() bool { return t.unset != nil && otel.GetTracerProvider() == t.unset }
+
+// noSpan is what a call has for a span while tracing is off: a no-op
+// span, never the caller's own (which the call must not end).
+var noSpan = trace.SpanFromContext(context.Background())
 
 // Span kinds as start options, made once: options are immutable values.
 var (
@@ -91,6 +108,9 @@ func rpcAttributes(fullMethod string) []attribute.KeyValue {
 
 // startClient starts the CLIENT span of a call (attributes: see methodSpans).
 func (t tracing) startClient(ctx context.Context, fullMethod, requestID string) (context.Context, trace.Span) {
+	if t.off() {
+		return ctx, noSpan // ctx's own trace context, if any, is still passed on (inject)
+	}
 	ctx, span := t.tracer.Start(ctx, fullMethod, t.methods.get(fullMethod, newMethodSpans).client...)
 	if span.IsRecording() {
 		span.SetAttributes(attrRequestID.String(requestID))
@@ -115,6 +135,9 @@ func (t tracing) inject(ctx context.Context, md Metadata) Metadata {
 func (t tracing) startServer(ctx context.Context, env *wire.Request, worker string, queueWait time.Duration) (context.Context, trace.Span) {
 	if env.Header != nil {
 		ctx = t.propagator.Extract(ctx, metadataCarrier(env.Header))
+	}
+	if t.off() {
+		return ctx, noSpan // the caller's trace context is still the handler's
 	}
 	ctx, span := t.tracer.Start(ctx, env.Method, t.methods.get(env.Method, newMethodSpans).server...)
 	if span.IsRecording() {
