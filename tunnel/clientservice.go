@@ -52,6 +52,9 @@ type clientService struct {
 type responseStream struct {
 	key      string
 	lastRead atomic.Value // string: id of the last response read
+	// trimmed is the id the stream was last trimmed to; only the
+	// service's refresh loop uses it.
+	trimmed string
 }
 
 // requestStream names the request stream of lane in shard. The default
@@ -237,10 +240,12 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	}
 	streams := s.responseStreams()
 	expires := make([]*redis.BoolCmd, len(streams))
+	trims := make([]*redis.IntCmd, len(streams))
+	trimTo := make([]string, len(streams))
 	for i, rs := range streams {
 		expires[i] = pipe.PExpire(ctx, rs.key, responseStreamTTL)
-		if last, _ := rs.lastRead.Load().(string); last != "" {
-			pipe.XTrimMinID(ctx, rs.key, last)
+		if last, _ := rs.lastRead.Load().(string); last != "" && last != rs.trimmed {
+			trims[i], trimTo[i] = pipe.XTrimMinID(ctx, rs.key, last), last // only when more was read: an idle client sends none
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command is judged below
@@ -274,6 +279,9 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 		c.observeLimits(s, limits.Val())
 	}
 	for i, rs := range streams {
+		if trims[i] != nil && trims[i].Err() == nil {
+			rs.trimmed = trimTo[i]
+		}
 		if expires[i].Err() == nil && !expires[i].Val() {
 			if err := c.createResponseStream(ctx, rs); err != nil {
 				return err
