@@ -31,6 +31,7 @@ type settings struct {
 	calls, warmup, runs int
 	instances           int
 	calls64K, calls1M   int
+	asyncTasks          int
 	idleWindow, settle  time.Duration
 	runTimeout          time.Duration
 	only                []string
@@ -44,13 +45,11 @@ type section struct {
 }
 
 // sections are the measurements, in the order they run. The table sorts
-// their rows by goal. Goal 2 (async against asynq, compare.RunAsync in
-// internal/compare/asynq.go) is another measurement: its section goes in
-// this list, with a name for -only, and its []compare.Row joins the table
-// like every other's.
+// their rows by goal.
 func sections() []section {
 	return []section{
 		{"unary", runUnary}, // goals 1 and 4
+		{"async", runAsync}, // goal 2
 		{"scale", runScale}, // goal 3
 		{"large", runLarge}, // goal 5
 		{"idle", runIdle},   // goal 6
@@ -126,12 +125,13 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.IntVar(&s.instances, "instances", 8, "rpr client instances the callers of the unary and large sections are spread over at concurrency > 1 (scale runs 1, 8 and 16)")
 	fs.IntVar(&s.calls64K, "calls-64k", 2_000, "measured calls per run of the 64 KiB echo")
 	fs.IntVar(&s.calls1M, "calls-1m", 200, "measured calls per run of the 1 MiB echo")
+	fs.IntVar(&s.asyncTasks, "async-tasks", 20_000, "async tasks per run, for rpr and for asynq")
 	fs.DurationVar(&s.idleWindow, "idle-window", 10*time.Second, "how long idle processes' commands are counted")
 	fs.DurationVar(&s.settle, "settle", 2*time.Second, "wait after starting or stopping idle processes before sampling Redis")
 	fs.DurationVar(&s.runTimeout, "run-timeout", 2*time.Minute, "bound on one run's wall time (warm-up included)")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run (default all: "+strings.Join(sectionNames(), ",")+")")
 	fs.StringVar(&s.redisBin, "redis-server", "", "redis-server binary (default $RPR_REDIS_SERVER, else the one on PATH)")
-	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls, 1 run, 200 and 20 large calls, a 2s idle window, 500ms settles (flags given explicitly win)")
+	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls, 1 run, 200 and 20 large calls, 2,000 async tasks, a 2s idle window, 500ms settles (flags given explicitly win)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	if quick {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"calls": "2000", "runs": "1", "calls-64k": "200", "calls-1m": "20", "idle-window": "2s", "settle": "500ms"} {
+		for name, v := range map[string]string{"calls": "2000", "runs": "1", "calls-64k": "200", "calls-1m": "20", "async-tasks": "2000", "idle-window": "2s", "settle": "500ms"} {
 			if !set[name] {
 				if err := fs.Set(name, v); err != nil {
 					return nil, err
@@ -152,7 +152,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	if s.warmup == 0 {
 		s.warmup = max(10, s.calls/10)
 	}
-	for name, v := range map[string]int{"calls": s.calls, "runs": s.runs, "instances": s.instances, "calls-64k": s.calls64K, "calls-1m": s.calls1M} {
+	for name, v := range map[string]int{"calls": s.calls, "runs": s.runs, "instances": s.instances, "calls-64k": s.calls64K, "calls-1m": s.calls1M, "async-tasks": s.asyncTasks} {
 		if v < 1 {
 			return nil, fmt.Errorf("-%s %d: must be at least 1", name, v)
 		}

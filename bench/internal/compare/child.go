@@ -19,8 +19,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -39,7 +42,8 @@ const ChildServerConcurrency = 256
 // true with the exit code; it returns false at once otherwise. Call it
 // first in main (and in TestMain). A child prints "ready <addr>" once it
 // serves ("-" for rpr, which listens on nothing), answers each "stats"
-// line on its stdin with "stats <mallocs> <total alloc bytes> <cpu ns>",
+// line on its stdin with "stats <mallocs> <total alloc bytes> <cpu ns>
+// <commands sent>",
 // and stops when its stdin ends or on SIGTERM.
 func RunChildIfAsked() (ran bool, code int) {
 	mode, ok := os.LookupEnv(ChildEnv)
@@ -58,6 +62,7 @@ func runChild(mode string) error {
 	defer stop()
 	kind, arg, _ := strings.Cut(mode, " ")
 	served := make(chan error, 1)
+	sent := &sentCounter{}
 	var addr string
 	switch kind {
 	case "rpr":
@@ -66,6 +71,7 @@ func runChild(mode string) error {
 			return fmt.Errorf("opening Redis %s: %w", arg, err)
 		}
 		defer rdb.Close()
+		rdb.AddHook(sent)
 		srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{Concurrency: ChildServerConcurrency, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return fmt.Errorf("rpr server: %w", err)
@@ -102,7 +108,7 @@ func runChild(mode string) error {
 			}
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
-			fmt.Printf("stats %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()))
+			fmt.Printf("stats %d %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()), sent.n.Load())
 		}
 	}()
 	select {
@@ -127,6 +133,29 @@ func runChild(mode string) error {
 type ChildStats struct {
 	Mallocs, TotalAlloc uint64        // runtime.MemStats
 	CPU                 time.Duration // user + system, getrusage RUSAGE_SELF
+	// Sent counts the commands an rpr child sent to Redis (a script run
+	// is one, whatever it runs inside), 0 for gRPC.
+	Sent uint64
+}
+
+// sentCounter is a go-redis hook counting the commands a client sends,
+// pipelined ones included.
+type sentCounter struct{ n atomic.Uint64 }
+
+func (c *sentCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(uint64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }
 
 // Child is a server child this process started (StartChild).
@@ -228,16 +257,16 @@ func (c *Child) Stats(ctx context.Context) (ChildStats, error) {
 		return ChildStats{}, err
 	}
 	f := strings.Fields(line)
-	if len(f) != 4 || f[0] != "stats" {
-		return ChildStats{}, fmt.Errorf("child %d said %q, want \"stats <mallocs> <bytes> <cpu ns>\"", c.Pid(), line)
+	if len(f) != 5 || f[0] != "stats" {
+		return ChildStats{}, fmt.Errorf("child %d said %q, want \"stats <mallocs> <bytes> <cpu ns> <commands sent>\"", c.Pid(), line)
 	}
-	var n [3]uint64
+	var n [4]uint64
 	for i := range n {
 		if n[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
 			return ChildStats{}, fmt.Errorf("child %d stats %q: %w", c.Pid(), line, err)
 		}
 	}
-	return ChildStats{Mallocs: n[0], TotalAlloc: n[1], CPU: time.Duration(n[2])}, nil
+	return ChildStats{Mallocs: n[0], TotalAlloc: n[1], CPU: time.Duration(n[2]), Sent: n[3]}, nil
 }
 
 // Stop ends the child by its PID: its stdin closed and SIGTERM, then
