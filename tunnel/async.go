@@ -152,10 +152,12 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 		return Receipt{}, err
 	}
 	defer c.slots.release()
-	payload, err := c.marshalRequest(started, req)
+	buf, err := c.marshalRequestPooled(started, req)
 	if err != nil {
 		return Receipt{}, err
 	}
+	defer c.buffers.Put(buf) // the envelope is a copy
+	payload := *buf
 	// Circuit breaker around Redis: fail at once while it is
 	// down. No server is involved yet, so the service's breaker is not.
 	pass, err := c.breakers.allowRedis(full, rid)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/rprtunnel/rpr/internal/bufpool"
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
@@ -33,7 +34,9 @@ const responseStreamTTL = time.Minute
 // it reads, with one reader goroutine that hands each response to the
 // waiting caller; calls never poll.
 type Client struct {
-	rdb         redis.UniversalClient
+	rdb redis.UniversalClient
+	// buffers holds the buffers requests are marshalled into.
+	buffers     bufpool.Pool
 	opts        ClientOptions
 	keys        store.Keyspace
 	log         *slog.Logger
@@ -229,13 +232,31 @@ func (c *Client) marshalRequest(s *callStart, req proto.Message) ([]byte, error)
 	if err != nil {
 		return nil, notExecutedf(Internal, "%s [%s]: marshal request %T: %v", s.full, s.rid, req, err)
 	}
-	if len(payload) > c.opts.MaxRequestBytes {
-		return nil, notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", s.full, s.rid, len(payload), c.opts.MaxRequestBytes)
+	return payload, c.checkRequest(s, payload)
+}
+
+// marshalRequestPooled is marshalRequest into a buffer of the client's
+// pool, for a request whose payload is only read while the call encodes
+// its envelopes (a unary call, an enqueue): the payload is *buf, and the
+// caller gives buf back (c.buffers.Put) once the call has returned.
+func (c *Client) marshalRequestPooled(s *callStart, req proto.Message) (*[]byte, error) {
+	buf, err := marshalPooled(&c.buffers, req)
+	if err != nil {
+		return nil, notExecutedf(Internal, "%s [%s]: marshal request %T: %v", s.full, s.rid, req, err)
 	}
-	if err := checkMetadataSize(s.full, s.rid, s.cfg.header); err != nil {
+	if err := c.checkRequest(s, *buf); err != nil {
+		c.buffers.Put(buf)
 		return nil, err
 	}
-	return payload, nil
+	return buf, nil
+}
+
+// checkRequest refuses a request over the client's size limits.
+func (c *Client) checkRequest(s *callStart, payload []byte) error {
+	if len(payload) > c.opts.MaxRequestBytes {
+		return notExecutedf(ResourceExhausted, "%s [%s]: request is %d bytes, over the %d-byte limit (ClientOptions.MaxRequestBytes; the server has its own limit too)", s.full, s.rid, len(payload), c.opts.MaxRequestBytes)
+	}
+	return checkMetadataSize(s.full, s.rid, s.cfg.header)
 }
 
 func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
@@ -256,11 +277,12 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	}
 	defer c.slots.release()
 
-	payload, err := c.marshalRequest(started, req)
+	buf, err := c.marshalRequestPooled(started, req)
 	if err != nil {
 		return err
 	}
-	call := &outgoingCall{method: method, full: full, id: rid, payload: payload, cfg: cfg}
+	defer c.buffers.Put(buf) // every attempt's envelope is a copy
+	call := &outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg}
 	policy := cfg.retry.withDefaults()
 	for attempt := 1; ; attempt++ {
 		if started.span.IsRecording() {

@@ -440,7 +440,11 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.Detail, req.env.ID, req.env.Method)
 		resp = errorResponse(req.env.ID, handlerErr)
 	} else {
-		resp, handlerErr = r.call(ctx, q, req, log)
+		var reply *[]byte
+		resp, reply, handlerErr = r.call(ctx, q, req, log)
+		if reply != nil {
+			defer s.buffers.Put(reply) // read only until the response is encoded
+		}
 	}
 	if req.env.Kind == wire.KindAsync {
 		comp := r.asyncOutcome(q, req, resp, handlerErr, d, log)
@@ -475,10 +479,12 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 
 // call runs the handler for req and builds the response envelope. It also
 // returns the error behind a failure, which says more than the envelope
-// (whether it is Permanent).
-func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *requestLogger) (*wire.Response, error) {
+// (whether it is Permanent), and the buffer of the server's pool the
+// response's payload is in (nil for none), for the caller to give back
+// once the response is encoded.
+func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *requestLogger) (*wire.Response, *[]byte, error) {
 	s, env := r.server, req.env
-	fail := func(err error) (*wire.Response, error) { return errorResponse(env.ID, err), err }
+	fail := func(err error) (*wire.Response, *[]byte, error) { return errorResponse(env.ID, err), nil, err }
 	if req.method == nil {
 		log.Warn("rpr: unknown method")
 		return fail(Errorf(Unimplemented, "%s [%s]: unknown method: service %s has no such method on this server (deployed an older version?)", env.Method, env.ID, q.name))
@@ -510,23 +516,28 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	reply, err := r.runHandler(ctx, q, req.method, env, log)
 	resp := &wire.Response{Version: wire.Version, ID: env.ID, Header: md.header, Trailer: md.trailer}
 	if err == nil && req.method.Async {
-		return resp, nil // nobody reads an async reply
+		return resp, nil, nil // nobody reads an async reply
 	}
+	var buf *[]byte
 	if err == nil {
-		resp.Payload, err = proto.Marshal(reply)
-		if err != nil {
+		buf, err = marshalPooled(&s.buffers, reply)
+		switch {
+		case err != nil:
 			err = Errorf(Internal, "%s [%s]: marshal response: %v", env.Method, env.ID, err)
-		} else if len(resp.Payload) > s.opts.MaxResponseBytes {
-			log.Error("rpr: response over the size limit", "bytes", len(resp.Payload), "limit", s.opts.MaxResponseBytes)
-			err = Errorf(ResourceExhausted, "%s [%s]: response is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.Method, env.ID, len(resp.Payload), s.opts.MaxResponseBytes)
+		case len(*buf) > s.opts.MaxResponseBytes:
+			log.Error("rpr: response over the size limit", "bytes", len(*buf), "limit", s.opts.MaxResponseBytes)
+			err = Errorf(ResourceExhausted, "%s [%s]: response is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.Method, env.ID, len(*buf), s.opts.MaxResponseBytes)
+			s.buffers.Put(buf)
+		default:
+			resp.Payload = *buf
 		}
 	}
 	if err != nil {
 		errResp := errorResponse(env.ID, err)
 		errResp.Header, errResp.Trailer = resp.Header, resp.Trailer
-		return errResp, err
+		return errResp, nil, err
 	}
-	return resp, nil
+	return resp, buf, nil
 }
 
 // runHandler calls the user's handler, turning a panic into INTERNAL.

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rprtunnel/rpr/internal/bufpool"
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
@@ -171,7 +172,9 @@ func (s *Server) deadAfter() time.Duration {
 // writes each response to its caller's stream. Create it with NewServer,
 // register services with the generated Register functions, then Serve.
 type Server struct {
-	rdb         redis.UniversalClient
+	rdb redis.UniversalClient
+	// buffers holds the buffers responses are marshalled into.
+	buffers     bufpool.Pool
 	opts        ServerOptions
 	keys        store.Keyspace
 	log         *slog.Logger

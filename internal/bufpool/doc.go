@@ -1,0 +1,9 @@
+// Package bufpool keeps byte buffers for reuse, in size classes, so that
+// marshalling a message of any size takes a buffer near its size instead
+// of allocating one for each call.
+//
+// It is written by hand because none of the pools that install here
+// (gRPC-go's mem package among them) may enter the runtime's
+// dependencies, and what is needed is small: power-of-two classes over
+// sync.Pool, each buffer owned by one caller between Get and Put.
+package bufpool
