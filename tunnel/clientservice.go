@@ -42,8 +42,11 @@ type clientService struct {
 
 	defaultRequests [MaxShards]atomic.Pointer[string] // default lane's request stream by shard, once named
 
+	// waiting holds the unary calls waiting for their response, by
+	// request id.
+	waiting idMap[chan callResult]
+
 	mu      sync.Mutex
-	waiting map[string]chan callResult
 	streams map[string]*clientStream // open streaming calls, by request id
 }
 
@@ -117,7 +120,6 @@ func (c *Client) service(ctx context.Context, name string, configuredShards int)
 			configuredShards: max(configuredShards, 1),
 			ready:            make(chan struct{}),
 			kick:             make(chan struct{}, 1),
-			waiting:          map[string]chan callResult{},
 		}
 		s.shards.count.Store(1) // until the recorded count is read: shard 0 is always served
 		c.services[name] = s
@@ -513,25 +515,16 @@ func (s *clientService) checkStreamWorkers(hash map[string]string, nowMs int64) 
 // expect registers a call waiting for the response to id.
 func (s *clientService) expect(id string) <-chan callResult {
 	ch := make(chan callResult, 1)
-	s.mu.Lock()
-	s.waiting[id] = ch
-	s.mu.Unlock()
+	s.waiting.put(id, ch)
 	return ch
 }
 
 // forget drops a waiting call.
-func (s *clientService) forget(id string) {
-	s.mu.Lock()
-	delete(s.waiting, id)
-	s.mu.Unlock()
-}
+func (s *clientService) forget(id string) { s.waiting.remove(id) }
 
 // complete hands res to the call waiting for id; false if none waits.
 func (s *clientService) complete(id string, res callResult) bool {
-	s.mu.Lock()
-	ch, ok := s.waiting[id]
-	delete(s.waiting, id)
-	s.mu.Unlock()
+	ch, ok := s.waiting.take(id)
 	if ok {
 		ch <- res // buffered, and only one result per id
 	}
@@ -540,9 +533,10 @@ func (s *clientService) complete(id string, res callResult) bool {
 
 // failAll ends every waiting call and open stream with err.
 func (s *clientService) failAll(err error) {
+	waiting := s.waiting.takeAll()
 	s.mu.Lock()
-	waiting, streams := s.waiting, s.streams
-	s.waiting, s.streams = map[string]chan callResult{}, nil
+	streams := s.streams
+	s.streams = nil
 	s.mu.Unlock()
 	for _, ch := range waiting {
 		ch <- callResult{err: err}

@@ -3,7 +3,6 @@ package tunnel
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/rprtunnel/rpr/internal/store"
@@ -22,32 +21,19 @@ type runningRequest struct {
 // runningSet tracks a worker's claimed requests by request id, for lease
 // extension and cancellation.
 type runningSet struct {
-	mu sync.Mutex
-	m  map[string]*runningRequest
+	m idMap[*runningRequest]
 }
 
 // add registers a request until remove.
-func (rs *runningSet) add(id string, req *runningRequest) {
-	rs.mu.Lock()
-	if rs.m == nil {
-		rs.m = map[string]*runningRequest{}
-	}
-	rs.m[id] = req
-	rs.mu.Unlock()
-}
+func (rs *runningSet) add(id string, req *runningRequest) { rs.m.put(id, req) }
 
 // remove unregisters request id.
-func (rs *runningSet) remove(id string) {
-	rs.mu.Lock()
-	delete(rs.m, id)
-	rs.mu.Unlock()
-}
+func (rs *runningSet) remove(id string) { rs.m.remove(id) }
 
 // has reports whether request id runs here.
 func (rs *runningSet) has(id string) bool {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return rs.m[id] != nil
+	_, ok := rs.m.get(id)
+	return ok
 }
 
 // cancel cancels the handler of request id, if it runs here.
@@ -58,9 +44,7 @@ func (rs *runningSet) cancel(id string, cause error) bool {
 // cancelIf cancels the handler of request id, if it runs here and allowed
 // (nil: always) says its caller may.
 func (rs *runningSet) cancelIf(id string, cause error, allowed func(caller string, key *wire.CallerKey) bool) bool {
-	rs.mu.Lock()
-	req := rs.m[id]
-	rs.mu.Unlock()
+	req, _ := rs.m.get(id)
 	if req == nil || (allowed != nil && !allowed(req.caller(), req.key)) {
 		return false
 	}
@@ -70,15 +54,13 @@ func (rs *runningSet) cancelIf(id string, cause error, allowed func(caller strin
 
 // byQueue returns the running requests grouped by the queue they came from.
 func (rs *runningSet) byQueue() map[*queue]map[string]*runningRequest {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
 	out := map[*queue]map[string]*runningRequest{}
-	for id, req := range rs.m {
+	rs.m.each(func(id string, req *runningRequest) {
 		if out[req.queue] == nil {
 			out[req.queue] = map[string]*runningRequest{}
 		}
 		out[req.queue][id] = req
-	}
+	})
 	return out
 }
 
