@@ -37,7 +37,10 @@ type figures struct {
 	// child's, redisTime redis-server's (0 without Redis).
 	parentCPU, childCPU, redisTime time.Duration
 	redisCmds                      int64
-	mallocs, bytes                 uint64 // allocations and bytes allocated, both processes
+	// redisIO is how often Redis read from or wrote to a connection
+	// (each round trip is at least one of each).
+	redisIO        int64
+	mallocs, bytes uint64 // allocations and bytes allocated, both processes
 }
 
 // measure makes warmup unmeasured calls, then calls measured ones, with
@@ -93,7 +96,7 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 		calls: calls, elapsed: elapsed,
 		p50: latencies[calls/2], p99: latencies[min(calls*99/100, calls-1)],
 		parentCPU: cpuAfter - cpuBefore, childCPU: childAfter.CPU - childBefore.CPU,
-		redisTime: r.CPU, redisCmds: r.Commands,
+		redisTime: r.CPU, redisCmds: r.Commands, redisIO: r.Reads + r.Writes,
 		mallocs: memAfter.Mallocs - memBefore.Mallocs + childAfter.Mallocs - childBefore.Mallocs,
 		bytes:   memAfter.TotalAlloc - memBefore.TotalAlloc + childAfter.TotalAlloc - childBefore.TotalAlloc,
 	}, nil
@@ -116,6 +119,7 @@ func (f figures) goCPU() float64    { return f.µs(f.parentCPU + f.childCPU) }
 func (f figures) redisCPU() float64 { return f.µs(f.redisTime) }
 func (f figures) totalCPU() float64 { return f.µs(f.parentCPU + f.childCPU + f.redisTime) }
 func (f figures) cmds() float64     { return float64(f.redisCmds) / float64(f.calls) }
+func (f figures) io() float64       { return float64(f.redisIO) / float64(f.calls) }
 func (f figures) allocs() float64   { return float64(f.mallocs) / float64(f.calls) }
 func (f figures) bytesPerCall() float64 {
 	return float64(f.bytes) / float64(f.calls)
@@ -125,10 +129,10 @@ func (f figures) p50ms() float64       { return float64(f.p50) / 1e6 }
 
 // logLine prints one run's figures as the program goes.
 func (f figures) log(w io.Writer, what string) {
-	fmt.Fprintf(w, "  %-34s %8.0f calls/s  p50 %s p99 %s ms  Go CPU %s µs/call (callers %s + server %s)  Redis %s µs, %s cmds  %s allocs, %s B/call\n",
+	fmt.Fprintf(w, "  %-34s %8.0f calls/s  p50 %s p99 %s ms  Go CPU %s µs/call (callers %s + server %s)  Redis %s µs, %s cmds, %s reads+writes  %s allocs, %s B/call\n",
 		what, f.callsPerSec(), compare.Millis(f.p50), compare.Millis(f.p99),
 		compare.Num(f.goCPU()), compare.Num(f.µs(f.parentCPU)), compare.Num(f.µs(f.childCPU)),
-		compare.Num(f.redisCPU()), compare.Num(f.cmds()), compare.Num(f.allocs()), compare.Num(f.bytesPerCall()))
+		compare.Num(f.redisCPU()), compare.Num(f.cmds()), compare.Num(f.io()), compare.Num(f.allocs()), compare.Num(f.bytesPerCall()))
 }
 
 // runs are the repeated runs of one configuration; each figure of the

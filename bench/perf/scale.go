@@ -47,6 +47,7 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		}
 	}
 	redisCPU := func(f figures) float64 { return f.redisCPU() }
+	io := func(f figures) float64 { return f.io() }
 	var rows []compare.Row
 	for i, c := range scaleLevels {
 		one := byLevel[i][0].med(redisCPU)
@@ -57,6 +58,13 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 				Target: compare.RatioAtMost(scaleTarget),
 			})
 		}
+		// What grows with the instances: Redis's reads and writes of
+		// connections per call (its per-round-trip work), beside it.
+		last := len(scaleInstances) - 1
+		rows = append(rows, compare.Row{
+			Goal: 3, Figure: fmt.Sprintf("Redis connection reads+writes per call, %d instances, c=%d", scaleInstances[last], c),
+			RPR: byLevel[i][last].med(io), Baseline: byLevel[i][0].med(io), BaselineOf: "1 instance", Target: compare.NoTarget,
+		})
 	}
 	return rows, nil
 }

@@ -23,13 +23,19 @@ type Sample struct {
 	CPU time.Duration
 	// UsedMemory is used_memory, in bytes.
 	UsedMemory int64
+	// Reads and Writes count the times Redis read from and wrote to its
+	// clients' connections (total_reads_processed and
+	// total_writes_processed, Redis 6.0 on; 0 before): a round trip is
+	// at least one of each, whatever it carries, so they show how much of
+	// Redis's work is per round trip rather than per command.
+	Reads, Writes int64
 }
 
 // Read takes one Sample from rdb (a single node) in one round trip.
 func Read(ctx context.Context, rdb redis.Cmdable) (Sample, error) {
-	info, err := rdb.Info(ctx, "commandstats", "cpu", "memory").Result()
+	info, err := rdb.Info(ctx, "commandstats", "cpu", "memory", "stats").Result()
 	if err != nil {
-		return Sample{}, fmt.Errorf("INFO commandstats cpu memory: %w", err)
+		return Sample{}, fmt.Errorf("INFO commandstats cpu memory stats: %w", err)
 	}
 	var s Sample
 	for line := range strings.SplitSeq(info, "\n") {
@@ -44,12 +50,15 @@ func Read(ctx context.Context, rdb redis.Cmdable) (Sample, error) {
 	user, _ := strconv.ParseFloat(Field(info, "used_cpu_user"), 64)
 	s.CPU = time.Duration((sys + user) * float64(time.Second))
 	s.UsedMemory, _ = strconv.ParseInt(Field(info, "used_memory"), 10, 64)
+	s.Reads, _ = strconv.ParseInt(Field(info, "total_reads_processed"), 10, 64)
+	s.Writes, _ = strconv.ParseInt(Field(info, "total_writes_processed"), 10, 64)
 	return s, nil
 }
 
 // Sub returns the growth of each counter from before to s.
 func (s Sample) Sub(before Sample) Sample {
-	return Sample{Commands: s.Commands - before.Commands, CPU: s.CPU - before.CPU, UsedMemory: s.UsedMemory - before.UsedMemory}
+	return Sample{Commands: s.Commands - before.Commands, CPU: s.CPU - before.CPU, UsedMemory: s.UsedMemory - before.UsedMemory,
+		Reads: s.Reads - before.Reads, Writes: s.Writes - before.Writes}
 }
 
 // Field returns the value of name in an INFO reply ("" when absent).
