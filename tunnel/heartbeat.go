@@ -3,11 +3,8 @@ package tunnel
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
@@ -16,8 +13,9 @@ import (
 // heartbeat stamps this worker as live, in one round trip: in each
 // service's workers hash (shard 0's, which clients and `rpr ls` read) and
 // in that of every other shard it reads (where beginScript looks a
-// request's previous worker up). The same round trip reads each
-// service's recorded shard count and tells follow, when not nil.
+// request's previous worker up). The beat of each service's shard 0 also
+// reads the service's recorded shard count, which follow, when not nil,
+// is told once the beats are judged.
 func (s *Server) heartbeat(ctx context.Context, services []*serverService, queues []*queue, follow func(svc *serverService, shards int)) error {
 	shardsOf := map[string][]int{}
 	for _, q := range queues {
@@ -51,22 +49,23 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 	calls := make([]*store.Heartbeat, len(beats))
 	sentAt := time.Now()
 	for i, b := range beats {
-		schema := ""
-		if b.schemas != "" {
-			schema = b.svc.schemaID
+		shardCount, schema := "", ""
+		if b.schemas != "" { // the service's shard 0 beat
+			shardCount, schema = s.keys.ShardCount(b.svc.name), b.svc.schemaID
 		}
-		calls[i] = store.NewHeartbeat(b.key, s.opts.WorkerID, b.info, wire.PruneAge, wire.Retention, b.schemas, schema)
+		calls[i] = store.NewHeartbeat(b.key, s.opts.WorkerID, b.info, wire.PruneAge, wire.Retention, shardCount, b.schemas, schema)
 		calls[i].Use(s.dialect)
 		calls[i].Queue(ctx, pipe)
-	}
-	counts := make([]*redis.StringCmd, len(services))
-	for i, svc := range services {
-		counts[i] = pipe.Get(ctx, s.keys.ShardCount(svc.name))
 	}
 	_, _ = pipe.Exec(ctx)
 	received := time.Now()
 	var redisNow time.Time
 	var lost []*serverService
+	type recorded struct {
+		svc    *serverService
+		shards int
+	}
+	var counts []recorded // each service's shard count as recorded
 	for i, call := range calls {
 		call.Recover(ctx, s.rdb)
 		beat, err := call.Result()
@@ -79,10 +78,11 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 		if beat.SchemaMissing {
 			lost = append(lost, beats[i].svc)
 		}
-		if beats[i].key == s.keys.Workers(beats[i].svc.name) {
+		if beats[i].schemas != "" {
 			// The service's shard 0 hash, which every worker of it beats
 			// into: the async fast path is safe while all of them know it.
 			beats[i].svc.asyncFastPath.Store(beat.AllFastPath)
+			counts = append(counts, recorded{beats[i].svc, store.ParseShardCount(beat.ShardCount, nil)})
 		}
 	}
 	s.clock.observe(redisNow, sentAt, received)
@@ -91,10 +91,8 @@ func (s *Server) heartbeat(ctx context.Context, services []*serverService, queue
 		s.publishSchemas(ctx, lost)
 	}
 	if follow != nil {
-		for i, svc := range services {
-			if err := counts[i].Err(); err == nil || errors.Is(err, redis.Nil) {
-				follow(svc, store.ParseShardCount(counts[i].Result()))
-			}
+		for _, c := range counts {
+			follow(c.svc, c.shards)
 		}
 	}
 	return nil

@@ -52,8 +52,8 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 	deadline := time.Now().Add(time.Minute).UnixMilli()
 
 	calls := []*Call{
-		&NewHeartbeat(workers, worker, []byte("{}"), time.Minute, time.Hour, "", "").Call,
-		&NewHeartbeat(keys.Workers(service), worker, []byte("{}"), time.Minute, time.Hour, keys.Schemas(service), "abc").Call,
+		&NewHeartbeat(workers, worker, []byte("{}"), time.Minute, time.Hour, "", "", "").Call,
+		&NewHeartbeat(keys.Workers(service), worker, []byte("{}"), time.Minute, time.Hour, keys.ShardCount(service), keys.Schemas(service), "abc").Call,
 		&func() *Begin {
 			b := NewBegin(shard, req, worker, 5*time.Second, 10*time.Second, 5*time.Second, 1)
 			b.Add(BeginEntry{State: shard.State("a"), ReplyTo: resp, EntryID: entry, Deadline: deadline, Attempt: 1})

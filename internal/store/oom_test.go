@@ -27,7 +27,7 @@ func TestFlaggedFormsRunAtMaxmemory(t *testing.T) {
 	}
 	t.Cleanup(func() { rdb.ConfigSet(context.Background(), "maxmemory", "0") })
 
-	plain := NewHeartbeat(shard.Workers(), "w1", []byte("{}"), time.Minute, time.Hour, "", "")
+	plain := NewHeartbeat(shard.Workers(), "w1", []byte("{}"), time.Minute, time.Hour, "", "", "")
 	Run(ctx, rdb, &plain.Call)
 	var se *ScriptError
 	if _, err := plain.Result(); !errors.As(err, &se) || se.Code != "OOM" {
@@ -37,7 +37,7 @@ func TestFlaggedFormsRunAtMaxmemory(t *testing.T) {
 		t.Errorf("the refused heartbeat wrote %d records", n)
 	}
 
-	flagged := NewHeartbeat(shard.Workers(), "w1", []byte("{}"), time.Minute, time.Hour, "", "")
+	flagged := NewHeartbeat(shard.Workers(), "w1", []byte("{}"), time.Minute, time.Hour, "", "", "")
 	flagged.Use(d)
 	Run(ctx, rdb, &flagged.Call)
 	if _, err := flagged.Result(); err != nil {

@@ -1,0 +1,77 @@
+package tunnel
+
+import (
+	"context"
+	"time"
+
+	"github.com/rprtunnel/rpr/internal/wire"
+)
+
+// What a call settles before it is sent: its deadline, whether any
+// server could answer it, and the lane and shard it goes to.
+
+// deadline picks a call's deadline. The timeout is the call option's, else
+// the method's default, else the client's default; a deadline already on
+// the context wins when it is earlier, and replaces the defaults (but not
+// an explicit WithTimeout) when it is later.
+func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout time.Duration) time.Time {
+	ctxDeadline, hasDeadline := ctx.Deadline()
+	if callTimeout > 0 {
+		d := time.Now().Add(callTimeout)
+		if hasDeadline && ctxDeadline.Before(d) {
+			return ctxDeadline
+		}
+		return d
+	}
+	if hasDeadline {
+		return ctxDeadline
+	}
+	timeout := method.Timeout
+	if timeout <= 0 {
+		timeout = c.opts.DefaultTimeout
+	}
+	return time.Now().Add(timeout)
+}
+
+// anyLiveWorker reports whether lane of svc has a live worker. It trusts
+// the cached count when that is positive; when it is zero it looks again
+// before failing the call, so a server that just started is found at once.
+func (c *Client) anyLiveWorker(ctx context.Context, svc *clientService, lane string) (bool, error) {
+	if svc.liveWorkers(lane) > 0 {
+		return true, nil
+	}
+	if err := c.refresh(ctx, svc); err != nil {
+		return false, err
+	}
+	return svc.liveWorkers(lane) > 0, nil
+}
+
+// noLiveServerError explains a call that no live server could take.
+func (c *Client) noLiveServerError(svc *clientService, full, rid, lane string) *Error {
+	if lane != DefaultLane && svc.liveWorkers("") > 0 {
+		return notExecutedf(Unavailable, "%s [%s]: no live server in lane %s of service %s (servers of other lanes are up): start one with ServerOptions.Lane %q, or route the method elsewhere (`rpr routes`)", full, rid, lane, svc.name, lane)
+	}
+	return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, svc.name, wire.LiveWindow, c.opts.Prefix)
+}
+
+// route picks the lane and shard of a call: the lane from WithLane, else
+// from the service's routing table; the shard from key (an async
+// request's idempotency key) when there is one, else one at random.
+func (c *Client) route(svc *clientService, method *MethodDesc, cfg *callConfig, key string) (lane string, shard int) {
+	lane = cfg.lane
+	if lane == "" {
+		lane = svc.routes.lane(method.Service.Name, method.Name, cfg.header)
+	}
+	return lane, svc.shards.pick(key)
+}
+
+// bizCode picks the business code for a call's request id.
+func (c *Client) bizCode(method *MethodDesc) string {
+	switch {
+	case method.Service.BizCode != "":
+		return method.Service.BizCode
+	case c.opts.BizCode != "":
+		return c.opts.BizCode
+	}
+	return bizCodeForService(method.Service.Name)
+}

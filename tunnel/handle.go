@@ -1,0 +1,177 @@
+package tunnel
+
+import (
+	"context"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
+)
+
+// Running one claimed request: its handler's context, the handler itself
+// (a panic becomes INTERNAL), the response and the completion that
+// retires the request.
+
+// handle runs (or, for an orphan, refuses) one claimed request and writes
+// its final state and response. The request counts as running, with its
+// lease extended, until its completion is written.
+func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
+	s := r.server
+	if req.env.Kind == wire.KindStream && d.Verdict == store.VerdictRun && req.method != nil && req.method.IsStreaming() && req.denied == nil {
+		r.startStream(q, req)
+		return
+	}
+	if d.Verdict == store.VerdictHeld {
+		r.completeHeld(q, req)
+		return
+	}
+	log := s.handlerLog(req)
+	deadline := s.clock.toLocal(req.deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	ctx = withCaller(ctx, req.caller())
+	r.running.add(req.env.ID, &runningRequest{queue: q, received: req, cancel: cancelCause})
+	defer r.running.remove(req.env.ID)
+
+	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
+	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
+	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), r.metrics.attrs.lookup(req.env.Method, OK, false).record...)
+	measure := r.metrics.begin(ctx, req.env.Method)
+	var resp *wire.Response
+	var handlerErr error
+	started := time.Now()
+	defer func() {
+		measure.end(responseError(resp))
+		endSpan(span, responseError(resp))
+	}()
+	if d.Verdict == store.VerdictOrphan {
+		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.Detail)
+		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.Detail, req.env.ID, req.env.Method)
+		resp = errorResponse(req.env.ID, handlerErr)
+	} else {
+		var reply *[]byte
+		resp, reply, handlerErr = r.call(ctx, q, req, log)
+		if reply != nil {
+			defer s.buffers.Put(reply) // read only until the response is encoded
+		}
+	}
+	if req.env.Kind == wire.KindAsync {
+		comp := r.asyncOutcome(q, req, resp, handlerErr, d, log)
+		recordOwnKey(q, req, &comp.Completion)
+		if req.fast && comp.Action == store.ActionDone {
+			comp.kind = doneFast // the done marker alone
+		}
+		comp.Fast = req.fast // a failure: no claim to fence with
+		r.complete(q, req, comp, log)
+		return
+	}
+	final := wire.StateSuccess
+	if Code(resp.Code) != OK {
+		final = wire.StateFailed
+	}
+	raw, err := req.encodeResponse(resp)
+	if err != nil {
+		log.Error("rpr: encode response", "error", err)
+		return
+	}
+	ttl := stateTTL(deadline)
+	comp := &completion{kind: completeClaimed,
+		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}
+	if req.fast {
+		comp.kind = answerFast // no state to record
+	}
+	if s.opts.Retention > 0 {
+		r.recordFinished(q, req, resp, started, &comp.Completion)
+	}
+	r.complete(q, req, comp, log)
+}
+
+// call runs the handler for req and builds the response envelope. It also
+// returns the error behind a failure, which says more than the envelope
+// (whether it is Permanent), and the buffer of the server's pool the
+// response's payload is in (nil for none), for the caller to give back
+// once the response is encoded.
+func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *requestLogger) (*wire.Response, *[]byte, error) {
+	s, env := r.server, req.env
+	fail := func(err error) (*wire.Response, *[]byte, error) { return errorResponse(env.ID, err), nil, err }
+	if req.method == nil {
+		log.Warn("rpr: unknown method")
+		return fail(Errorf(Unimplemented, "%s [%s]: unknown method: service %s has no such method on this server (deployed an older version?)", env.Method, env.ID, q.name))
+	}
+	if req.method.IsStreaming() != (env.Kind == wire.KindStream) {
+		log.Warn("rpr: call kind does not match the method", "streaming_method", req.method.IsStreaming())
+		return fail(Errorf(FailedPrecondition, "%s [%s]: the server has this method as streaming=%t but the client sent it as streaming=%t: build both sides from the same .proto", env.Method, env.ID, req.method.IsStreaming(), env.Kind == wire.KindStream))
+	}
+	if req.method.Async != (env.Kind == wire.KindAsync) {
+		log.Warn("rpr: call kind does not match the method", "async_method", req.method.Async)
+		return fail(Errorf(FailedPrecondition, "%s [%s]: the server has this method as async=%t but the client sent it as async=%t: build both sides from the same .proto", env.Method, env.ID, req.method.Async, env.Kind == wire.KindAsync))
+	}
+	if req.denied != nil {
+		log.Warn("rpr: caller not allowed to call the method; refused", "caller", req.caller())
+		return fail(req.denied)
+	}
+	if len(env.Payload) > s.opts.MaxRequestBytes {
+		log.Warn("rpr: request over the size limit", "bytes", len(env.Payload), "limit", s.opts.MaxRequestBytes)
+		return fail(Errorf(ResourceExhausted, "%s [%s]: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.Method, env.ID, len(env.Payload), s.opts.MaxRequestBytes))
+	}
+
+	info := &handlerInfo{header: req.handlerHeader(), id: env.ID, attempt: env.Attempt}
+	if env.Kind == wire.KindAsync {
+		info.idempotencyKey = env.Key
+	}
+	ctx = withHandlerInfo(ctx, info)
+	md := &info.response
+
+	reply, err := r.runHandler(ctx, q, req.method, env, log)
+	resp := &wire.Response{Version: wire.Version, ID: env.ID, Header: md.header, Trailer: md.trailer}
+	if err == nil && req.method.Async {
+		return resp, nil, nil // nobody reads an async reply
+	}
+	var buf *[]byte
+	if err == nil {
+		buf, err = marshalPooled(&s.buffers, reply)
+		switch {
+		case err != nil:
+			err = Errorf(Internal, "%s [%s]: marshal response: %v", env.Method, env.ID, err)
+		case len(*buf) > s.opts.MaxResponseBytes:
+			log.Error("rpr: response over the size limit", "bytes", len(*buf), "limit", s.opts.MaxResponseBytes)
+			err = Errorf(ResourceExhausted, "%s [%s]: response is %d bytes, over the server's %d-byte limit (ServerOptions.MaxResponseBytes)", env.Method, env.ID, len(*buf), s.opts.MaxResponseBytes)
+			s.buffers.Put(buf)
+		default:
+			resp.Payload = *buf
+		}
+	}
+	if err != nil {
+		errResp := errorResponse(env.ID, err)
+		errResp.Header, errResp.Trailer = resp.Header, resp.Trailer
+		return errResp, nil, err
+	}
+	return resp, buf, nil
+}
+
+// runHandler calls the user's handler, turning a panic into INTERNAL.
+func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, env *wire.Request, log *requestLogger) (reply proto.Message, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
+			reply, err = nil, Errorf(Internal, "%s [%s]: handler panicked: %v", env.Method, env.ID, p)
+		}
+	}()
+	decode := func(m proto.Message) error {
+		if err := proto.Unmarshal(env.Payload, m); err != nil {
+			log.Warn("rpr: request payload does not decode", "error", err)
+			return Errorf(InvalidArgument, "%s [%s]: request payload is not a valid %s: %v", env.Method, env.ID, m.ProtoReflect().Descriptor().FullName(), err)
+		}
+		return nil
+	}
+	reply, err = method.Handler(q.impl, ctx, decode, r.server.interceptor)
+	if err == nil && !method.Async && (reply == nil || !reply.ProtoReflect().IsValid()) {
+		err = Errorf(Internal, "%s [%s]: handler returned neither a reply nor an error", env.Method, env.ID)
+	}
+	return reply, err
+}

@@ -1,0 +1,113 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/wire"
+)
+
+// Sending a unary request (its XADD, batched in the client's writer) and
+// giving up on it when the caller's context ends first (the arbiter).
+
+// sendOp is a unary request's XADD, waiting in the client's writer.
+type sendOp struct {
+	pipelineOp
+	svc     *clientService
+	call    *outgoingCall
+	args    redis.XAddArgs
+	values  [2]any // args.Values
+	entryID string // the request's entry; set before sent closes
+	sent    chan struct{}
+}
+
+// newSendOp returns the op that adds raw to stream. Its caller learns of
+// success only when it asks (awaitEntryID), and of failure through the
+// call's response channel: a call's one wake-up is its outcome.
+func newSendOp(svc *clientService, call *outgoingCall, stream string, raw []byte) *sendOp {
+	op := &sendOp{svc: svc, call: call, sent: make(chan struct{})}
+	op.values = [2]any{wire.Field, raw}
+	op.args = redis.XAddArgs{Stream: stream, Values: op.values[:]}
+	op.command = op
+	return op
+}
+
+func (op *sendOp) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
+	return c.XAdd(ctx, &op.args)
+}
+
+func (op *sendOp) finished(cmd redis.Cmder) {
+	if xadd, ok := cmd.(*redis.StringCmd); ok {
+		op.entryID = xadd.Val()
+	}
+	close(op.sent)
+	if err := cmd.Err(); err != nil {
+		if neverRan(err) { // Redis refused it, or was never reached
+			op.svc.complete(op.call.id, callResult{err: notExecutedf(Unavailable,
+				"%s [%s]: send request to redis: %v (it was not sent: safe to retry)", op.call.full, op.call.id, err)})
+			return
+		}
+		// Whether the request reached Redis is unknown: only an idempotent
+		// method's call is retried after this.
+		op.svc.complete(op.call.id, callResult{err: &Error{code: Unavailable, local: true,
+			message: fmt.Sprintf("%s [%s]: send request to redis: %v (whether it reached Redis, and so may run, is unknown)", op.call.full, op.call.id, err)}})
+	}
+}
+
+// awaitEntryID waits up to budget for the send's reply and returns the
+// request's entry id, "" when it is not known.
+func (op *sendOp) awaitEntryID(budget time.Duration) string {
+	select {
+	case <-op.sent:
+		return op.entryID
+	case <-time.After(budget):
+		return ""
+	}
+}
+
+// arbiterBudget bounds the one round trip a call makes after its deadline
+// or cancellation to settle whether the request ran, so that a stalled
+// Redis delays the caller by at most this much.
+const arbiterBudget = 500 * time.Millisecond
+
+// gaveUp ends a call whose context ended: it marks the request TIMEOUT or
+// CANCELLED unless a worker got to it first, which is what tells the caller
+// whether it provably did not run (NotExecuted). A request that never left
+// this process needs no mark.
+func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool, entryID string) error {
+	code, mark, what := DeadlineExceeded, wire.StateTimeout, "deadline exceeded"
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code, mark, what = Canceled, wire.StateCancelled, "call cancelled by the caller"
+	}
+	prefix := fmt.Sprintf("%s [%s]: %s", call.full, call.id, what)
+	if !maybeSent {
+		return notExecutedf(code, "%s before the request was sent; it was not executed", prefix)
+	}
+	actx, cancel := context.WithTimeout(context.Background(), arbiterBudget)
+	defer cancel()
+	service := call.method.Service.Name
+	shard := c.keys.Shard(service, call.shard)
+	arbiter := store.NewArbiter(shard, shard.Requests(call.lane), c.keys.Cancels(service), call.id, c.cancelMessage(service, call.id), entryID, mark, stateMargin)
+	store.Run(actx, c.rdb, &arbiter.Call)
+	won, state, err := arbiter.Result()
+	if err != nil {
+		return Errorf(code, "%s; whether it was executed is unknown (could not reach Redis to settle it: %v)", prefix, err)
+	}
+	switch {
+	case won || state == wire.StateTimeout || state == wire.StateCancelled:
+		return notExecutedf(code, "%s while the request waited in the queue; it was not executed and will not be", prefix)
+	case state == wire.StateProcessing || state == store.ArbiterDelivered:
+		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)
+	case state == store.ArbiterFinished:
+		return Errorf(code, "%s while the request was executing on a server; it may have taken effect (it ended just as the caller gave up, too late for its answer)", prefix)
+	case state == store.ArbiterUnknown:
+		return Errorf(code, "%s; whether it was executed is unknown (Redis's reply to the send was lost)", prefix)
+	default: // SUCCESS or FAILED: finished just as the caller gave up
+		return Errorf(code, "%s while the request was executing; it ran and ended %s just as the caller gave up", prefix, state)
+	}
+}
