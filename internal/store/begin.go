@@ -55,10 +55,7 @@ for k = 1, (#KEYS - 2) / 2 do
   local idempotent, attempt = ARGV[a + 3] == '1', tonumber(ARGV[a + 4])
   local replies, takenFrom, fast = ARGV[a + 5] == '1', ARGV[a + 6], ARGV[a + 7] == '1'
   local ttl = state_ttl(deadline, now, margin)
-  local function retire()
-    redis.call('XACK', stream, group, entry)
-    redis.call('XDEL', stream, entry)
-  end
+  local function retire() retire_entries(stream, group, {entry}) end
   local function claim()
     redis.call('HSET', st, 'state', 'PROCESSING', 'worker', worker, 'entry', entry,
       'lease', now + lease, 'attempt', attempt, 'claimed_ms', now)

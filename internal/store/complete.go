@@ -116,10 +116,7 @@ for k = 1, (#KEYS - 2) / 3 do
     if out[k] ~= -2 then done[#done + 1] = entry end
   end
 end
-if #done > 0 then
-  redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
-  redis.call('XDEL', KEYS[1], unpack(done))
-end
+retire_entries(KEYS[1], ARGV[1], done)
 return out
 `)
 

@@ -44,8 +44,7 @@ local cap = tonumber(ARGV[8])
 if cap > 0 and redis.call('XLEN', KEYS[2]) >= cap then return 0 end
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[3], 'entry', ARGV[2], 'failed_ms', now_ms(),
   'reason', ARGV[4], 'code', ARGV[5], 'worker', ARGV[6], 'lane', ARGV[7])
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
+retire_entries(KEYS[1], ARGV[1], {ARGV[2]})
 return 1
 `)
 

@@ -41,10 +41,7 @@ for k = 1, #KEYS - 1 do
     done[#done + 1] = ARGV[2 * k + 2]
   end
 end
-if #done > 0 then
-  redis.call('XACK', KEYS[1], ARGV[1], unpack(done))
-  redis.call('XDEL', KEYS[1], unpack(done))
-end
+retire_entries(KEYS[1], ARGV[1], done)
 return out
 `)
 

@@ -46,6 +46,15 @@ local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- retire_entries acknowledges the request entries ids of stream for group
+-- and deletes them, all at once: a script calls it in the same run that
+-- writes what finished them, so no entry is gone without its outcome.
+local function retire_entries(stream, group, ids)
+  if #ids > 0 then
+    redis.call('XACK', stream, group, unpack(ids))
+    redis.call('XDEL', stream, unpack(ids))
+  end
+end
 -- beat_ms returns the time of a worker's last heartbeat from its record in
 -- a workers hash (JSON, see wire.Worker), nil when the record is absent or
 -- unreadable.

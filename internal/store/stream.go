@@ -24,8 +24,7 @@ import (
 //
 // Returns 1 when the caller's stream took the frame, 0 when it is gone.
 var acceptScript = newScript("accept_stream", `
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
+retire_entries(KEYS[1], ARGV[1], {ARGV[2]})
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if redis.call('XADD', KEYS[3], 'NOMKSTREAM', '*', 's', ARGV[4]) then return 1 end
 return 0
