@@ -76,14 +76,15 @@ func (c *completer) complete(comp *completion) completionResult {
 }
 
 // completionGroup is the completions of one queue and kind, written by one
-// script call.
+// script call: call, to which add adds a completion, and whose verdicts
+// result returns, one per completion in order.
 type completionGroup struct {
-	queue    *queue
-	kind     completionKind
-	items    []*completion
-	answers  *store.Answer
-	done     *store.Done
-	complete *store.Complete
+	queue  *queue
+	kind   completionKind
+	items  []*completion
+	call   *store.Call
+	add    func(*completion)
+	result func() ([]int64, error)
 }
 
 // newCompletionGroup starts the group of comp's queue and kind, for up to
@@ -93,48 +94,19 @@ func (c *completer) newCompletionGroup(comp *completion, size int) *completionGr
 	q := comp.queue
 	switch g.kind {
 	case answerFast:
-		g.answers = store.NewAnswer(q.requests, c.retention, size)
+		a := store.NewAnswer(q.requests, c.retention, size)
+		g.call, g.result = &a.Call, a.Result
+		g.add = func(comp *completion) { a.Add(comp.Target, comp.EntryID, comp.Response, comp.RecordKey, comp.Record) }
 	case doneFast:
-		g.done = store.NewDone(q.requests, c.workerID, comp.TTL, size)
+		d := store.NewDone(q.requests, c.workerID, comp.TTL, size)
+		g.call, g.result = &d.Call, d.Result
+		g.add = func(comp *completion) { d.Add(comp.State, comp.EntryID, comp.req.env.Attempt) }
 	default:
-		g.complete = store.NewComplete(q.requests, q.retries, c.workerID, c.maxDeadLetters, size)
+		cc := store.NewComplete(q.requests, q.retries, c.workerID, c.maxDeadLetters, size)
+		g.call, g.result = &cc.Call, cc.Result
+		g.add = func(comp *completion) { cc.Add(&comp.Completion) }
 	}
 	return g
-}
-
-// add adds comp to the group's script call.
-func (g *completionGroup) add(comp *completion) {
-	g.items = append(g.items, comp)
-	switch g.kind {
-	case answerFast:
-		g.answers.Add(comp.Target, comp.EntryID, comp.Response, comp.RecordKey, comp.Record)
-	case doneFast:
-		g.done.Add(comp.State, comp.EntryID, comp.req.env.Attempt)
-	default:
-		g.complete.Add(&comp.Completion)
-	}
-}
-
-// call returns the group's script call.
-func (g *completionGroup) call() *store.Call {
-	switch g.kind {
-	case answerFast:
-		return &g.answers.Call
-	case doneFast:
-		return &g.done.Call
-	}
-	return &g.complete.Call
-}
-
-// result returns the group's verdicts.
-func (g *completionGroup) result() ([]int64, error) {
-	switch g.kind {
-	case answerFast:
-		return g.answers.Result()
-	case doneFast:
-		return g.done.Result()
-	}
-	return g.complete.Result()
 }
 
 // flush writes batch, one script call per queue and kind.
@@ -149,11 +121,12 @@ func (c *completer) flush(batch []*completion) {
 			g = c.newCompletionGroup(comp, len(batch))
 			groups = append(groups, g)
 		}
+		g.items = append(g.items, comp)
 		g.add(comp)
 	}
 	calls := make([]*store.Call, len(groups))
 	for i, g := range groups {
-		calls[i] = g.call()
+		calls[i] = g.call
 		calls[i].Use(c.dialect)
 	}
 	store.Run(ctx, c.rdb, calls...)
