@@ -163,6 +163,33 @@ func (w *asyncWorld) enqueue(method, value string, opts ...tunnel.CallOption) (t
 	return w.client.Enqueue(context.Background(), jobsMethod(method), wrapperspb.String(value), opts...)
 }
 
+// servedOnceThenStopped runs one request ("first") through a server of
+// its own and stops it: the consumer group exists and the scripts are
+// loaded, and no server runs.
+func (w *asyncWorld) servedOnceThenStopped() {
+	w.t.Helper()
+	stop := w.serve(tunnel.ServerOptions{})
+	if _, err := w.enqueue("Do", "first"); err != nil {
+		w.t.Fatal(err)
+	}
+	waitFor(w.t, "the first request to run", func() bool { return w.jobs.count("first") == 1 })
+	stop()
+}
+
+// goneWorker is the consumer readAsGoneWorker reads as.
+const goneWorker = "gone-worker"
+
+// readAsGoneWorker reads the n requests waiting in the stream as a worker
+// (goneWorker) that then disappears, leaving them pending under it.
+func (w *asyncWorld) readAsGoneWorker(n int) {
+	w.t.Helper()
+	stream := "rpr:v1:{" + jobsService + "}:req"
+	read, err := w.rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: "workers", Consumer: goneWorker, Streams: []string{stream, ">"}, Count: int64(n) + 1}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != n {
+		w.t.Fatalf("read %d requests as a worker that then disappears: %v %v", n, len(read), err)
+	}
+}
+
 // deadLetters returns the dead-letter stream's entries.
 func (w *asyncWorld) deadLetters() []redis.XMessage {
 	w.t.Helper()

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/rprtunnel/rpr/internal/wire"
@@ -57,13 +56,7 @@ func TestAsyncFastPathDoneMarker(t *testing.T) {
 // dead-lettered "outcome unknown", to be replayed by an operator who knows.
 func TestGoneReaderMayHaveRunAsync(t *testing.T) {
 	w := newAsyncWorld(t, tunnel.ClientOptions{})
-	ctx := context.Background()
-	stop := w.serve(tunnel.ServerOptions{})
-	if _, err := w.enqueue("Do", "first"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first request to run", func() bool { return w.jobs.count("first") == 1 })
-	stop()
+	w.servedOnceThenStopped()
 	for _, v := range []string{"a", "b", "c"} {
 		if _, err := w.enqueue("Do", "do-"+v); err != nil {
 			t.Fatal(err)
@@ -72,11 +65,7 @@ func TestGoneReaderMayHaveRunAsync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stream := "rpr:v1:{" + jobsService + "}:req"
-	read, err := w.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "gone-worker", Streams: []string{stream, ">"}, Count: 10}).Result()
-	if err != nil || len(read) != 1 || len(read[0].Messages) != 6 {
-		t.Fatalf("read the requests as a worker that then disappears: %v %v", read, err)
-	}
+	w.readAsGoneWorker(6)
 	w.serve(tunnel.ServerOptions{Lease: time.Second})
 	waitFor(t, "three dead letters and three reruns", func() bool {
 		s, r := w.queued()
@@ -92,7 +81,7 @@ func TestGoneReaderMayHaveRunAsync(t *testing.T) {
 	}
 	for _, letter := range w.deadLetters() {
 		reason, _ := letter.Values["reason"].(string)
-		if !strings.Contains(reason, "outcome unknown: worker gone-worker died while running it") {
+		if !strings.Contains(reason, "outcome unknown: worker "+goneWorker+" died while running it") {
 			t.Errorf("dead letter reason = %q; want outcome unknown naming gone-worker", reason)
 		}
 	}

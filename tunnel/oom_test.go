@@ -172,12 +172,7 @@ func TestServerStartsAtMaxmemory(t *testing.T) {
 	if err := w.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
-	stop := w.serve(tunnel.ServerOptions{})
-	if _, err := w.enqueue("Do", "first"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first request to run", func() bool { return w.jobs.count("first") == 1 })
-	stop()
+	w.servedOnceThenStopped()
 
 	pad := strings.Repeat("x", oomPayload)
 	for i := range oomBacklog {
@@ -210,24 +205,14 @@ func TestServerStartsAtMaxmemory(t *testing.T) {
 // "outcome unknown" instead: TestGoneReaderMayHaveRunAsync.)
 func TestStrandedBacklogIsReclaimedWhole(t *testing.T) {
 	w := newAsyncWorld(t, tunnel.ClientOptions{})
-	ctx := context.Background()
-	stop := w.serve(tunnel.ServerOptions{})
-	if _, err := w.enqueue("Do", "first"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first request to run", func() bool { return w.jobs.count("first") == 1 })
-	stop()
+	w.servedOnceThenStopped()
 	const n = 2000
 	for i := range n {
 		if _, err := w.enqueue("Redo", strconv.Itoa(i)); err != nil {
 			t.Fatalf("enqueue %d: %v", i, err)
 		}
 	}
-	stream := "rpr:v1:{" + jobsService + "}:req"
-	read, err := w.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "gone-worker", Streams: []string{stream, ">"}, Count: n + 1}).Result()
-	if err != nil || len(read) != 1 || len(read[0].Messages) != n {
-		t.Fatalf("read the backlog as a worker that then disappears: %v", err)
-	}
+	w.readAsGoneWorker(n)
 	start := time.Now()
 	w.serve(tunnel.ServerOptions{Lease: time.Second})
 	waitLong(t, 60*time.Second, "the stranded backlog to run", func() bool {
