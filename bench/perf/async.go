@@ -8,8 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
-	"slices"
 
 	"github.com/rprtunnel/rpr/bench/internal/compare"
 )
@@ -43,19 +41,10 @@ func runAsync(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 	}
 	return []compare.Row{
 		{Goal: 2, Figure: fmt.Sprintf("async tasks/s end to end, %d tasks from 16 producers", s.asyncTasks),
-			RPR: middle(rprRate), Baseline: middle(asynqRate), BaselineOf: "asynq", Target: compare.RatioAtLeast(asyncMinRatio)},
+			RPR: median(rprRate), Baseline: median(asynqRate), BaselineOf: "asynq", Target: compare.RatioAtLeast(asyncMinRatio)},
 		{Goal: 2, Figure: "Redis commands per async request, end to end",
-			RPR: middle(rprCmds), Baseline: middle(asynqCmds), BaselineOf: "asynq", Target: compare.AtMost(asyncMaxCommands)},
+			RPR: median(rprCmds), Baseline: median(asynqCmds), BaselineOf: "asynq", Target: compare.AtMost(asyncMaxCommands)},
 		{Goal: 2, Figure: "CPU µs per async request (this process + Redis)",
-			RPR: middle(rprCPU), Baseline: middle(asynqCPU), BaselineOf: "asynq", Target: compare.NoTarget},
+			RPR: median(rprCPU), Baseline: median(asynqCPU), BaselineOf: "asynq", Target: compare.NoTarget},
 	}, nil
-}
-
-// middle is the median of xs (NaN for none).
-func middle(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	xs = slices.Sorted(slices.Values(xs))
-	return xs[len(xs)/2]
 }

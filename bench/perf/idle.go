@@ -182,32 +182,33 @@ func (r *idleRun) startClients(call bool) func(context.Context, int) error {
 // sentRate is the commands child sends to Redis per second over the
 // idle window, by its own count.
 func (r *idleRun) sentRate(ctx context.Context, child *compare.Child) (float64, error) {
-	a, err := child.Stats(ctx)
-	if err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	r.wait(ctx, r.s.idleWindow)
-	b, err := child.Stats(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return float64(b.Sent-a.Sent) / time.Since(t0).Seconds(), ctx.Err()
+	return r.perSecond(ctx, func(ctx context.Context) (int64, error) {
+		st, err := child.Stats(ctx)
+		return int64(st.Sent), err
+	})
 }
 
 // rate is the commands Redis runs per second over the idle window.
 func (r *idleRun) rate(ctx context.Context) (float64, error) {
-	a, err := r.sample(ctx)
+	return r.perSecond(ctx, func(ctx context.Context) (int64, error) {
+		s, err := r.sample(ctx)
+		return s.Commands, err
+	})
+}
+
+// perSecond is how fast the counter count grows over the idle window.
+func (r *idleRun) perSecond(ctx context.Context, count func(context.Context) (int64, error)) (float64, error) {
+	a, err := count(ctx)
 	if err != nil {
 		return 0, err
 	}
 	t0 := time.Now()
 	r.wait(ctx, r.s.idleWindow)
-	b, err := r.sample(ctx)
+	b, err := count(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return float64(b.Commands-a.Commands) / time.Since(t0).Seconds(), ctx.Err()
+	return float64(b-a) / time.Since(t0).Seconds(), ctx.Err()
 }
 
 // freshRedis stops the Redis of the section, if any, and starts another:

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -143,6 +144,14 @@ func (rs runs) med(of func(figures) float64) float64 {
 	v := make([]float64, len(rs))
 	for i, f := range rs {
 		v[i] = of(f)
+	}
+	return median(v)
+}
+
+// median is the median of v (NaN for none); it sorts v.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
 	}
 	slices.Sort(v)
 	if len(v)%2 == 1 {

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -318,30 +317,18 @@ func (m *measured) sampleAfter(ctx context.Context, admin redis.Cmdable) error {
 // other, and returns every enqueue's latency. The first failure stops all
 // of them and is returned.
 func produce(parent context.Context, sys asyncSystem, n, producers int) ([]time.Duration, error) {
-	ctx, cancel := context.WithCancelCause(parent)
-	defer cancel(nil)
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
 	latencies := make([]time.Duration, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range producers {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				t0 := time.Now()
-				if err := sys.Enqueue(ctx); err != nil {
-					cancel(fmt.Errorf("enqueue %d of %d: %w", i+1, n, err))
-					return
-				}
-				latencies[i] = time.Since(t0)
-			}
-		})
+	enqueue := func(ctx context.Context, _ int) error {
+		err := sys.Enqueue(ctx)
+		if err != nil {
+			cancel() // a figure with errors in it is no figure
+		}
+		return err
 	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return nil, err
+	if errs, err := ClosedLoop(ctx, producers, n, latencies, enqueue); err != nil {
+		return nil, fmt.Errorf("enqueue (%d of %d failed): %w", errs, n, err)
 	}
 	return latencies, nil
 }

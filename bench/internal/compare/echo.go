@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -238,32 +236,9 @@ func (r Result) PerCall(d time.Duration) float64 {
 // (client and server) and, for rpr, Redis's.
 func Measure(ctx context.Context, sys Echoer, payload []byte, concurrency, calls, warmup int) (Result, error) {
 	in := wrapperspb.Bytes(payload)
+	call := func(ctx context.Context, _ int) error { return sys.Call(ctx, in) }
 	loop := func(n int, latencies []time.Duration) (errs int, firstErr error) {
-		var next atomic.Int64
-		var failed atomic.Int64
-		var once sync.Once
-		var wg sync.WaitGroup
-		for range concurrency {
-			wg.Go(func() {
-				for {
-					i := next.Add(1) - 1
-					if i >= int64(n) {
-						return
-					}
-					t0 := time.Now()
-					err := sys.Call(ctx, in)
-					if latencies != nil {
-						latencies[i] = time.Since(t0)
-					}
-					if err != nil {
-						failed.Add(1)
-						once.Do(func() { firstErr = err })
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return int(failed.Load()), firstErr
+		return ClosedLoop(ctx, concurrency, n, latencies, call)
 	}
 
 	loop(warmup, nil)
