@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -115,8 +116,8 @@ type breakers struct {
 
 	redis *breaker
 
-	mu       sync.Mutex
-	services map[string]*breaker
+	mu       sync.Mutex // held while a service's breaker is made
+	services sync.Map   // service name → *breaker
 }
 
 // newBreakers makes a Client's breakers, or nil when they are disabled.
@@ -140,7 +141,6 @@ func newBreakers(opts BreakerOptions, rdb redis.UniversalClient, mp metric.Meter
 		log:         log,
 		state:       state,
 		transitions: transitions,
-		services:    map[string]*breaker{},
 	}
 	addr := redisAddr(rdb)
 	b.redis = b.newBreaker(redisBreakerName, func(state string) string {
@@ -161,6 +161,15 @@ func redisAddr(rdb redis.UniversalClient) string {
 }
 
 // breaker is one circuit breaker.
+//
+// Most calls meet a breaker that is closed with no failure since the last
+// success. For them gobreaker's answer is known, and asking it costs two
+// acquisitions of its mutex and a closure per call, the longest lock wait
+// of a call under load. So while healthy is set, a call passes and a
+// success is dropped without gobreaker; every other outcome, and every
+// call while healthy is clear, goes through gobreaker under slow, which
+// then sets healthy again from gobreaker's state and counts. The state
+// machine and its counting stay gobreaker's.
 type breaker struct {
 	name     string                    // service name, or "redis"
 	what     func(state string) string // starts a refusal's message: what is down
@@ -168,6 +177,14 @@ type breaker struct {
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	classify func(error) outcome
 	attrs    attribute.Set
+
+	// healthy is set while cb is closed with no consecutive failure.
+	healthy atomic.Bool
+	// epoch counts cb's state changes: the outcome of a call let through
+	// while healthy counts only in the state it was let through in, as
+	// gobreaker ignores outcomes from an earlier generation.
+	epoch atomic.Uint64
+	slow  sync.Mutex // serializes reports to cb with the update of healthy
 
 	mu       sync.Mutex
 	lastErr  string    // message of the last failure
@@ -200,21 +217,25 @@ func (b *breakers) newBreaker(name string, what func(state string) string, class
 			br.changed(from, to)
 		},
 	})
+	br.healthy.Store(true)
 	b.state.Record(context.Background(), 0, metric.WithAttributeSet(br.attrs))
 	return br
 }
 
 // service returns the breaker of a service, making it on first use.
 func (b *breakers) service(name string) *breaker {
+	if br, ok := b.services.Load(name); ok {
+		return br.(*breaker)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	br, ok := b.services[name]
-	if !ok {
-		br = b.newBreaker(name, func(state string) string {
-			return "circuit " + state + " for service " + name
-		}, serviceOutcome)
-		b.services[name] = br
+	if br, ok := b.services.Load(name); ok {
+		return br.(*breaker)
 	}
+	br := b.newBreaker(name, func(state string) string {
+		return "circuit " + state + " for service " + name
+	}, serviceOutcome)
+	b.services.Store(name, br)
 	return br
 }
 
@@ -222,8 +243,14 @@ func (b *breakers) service(name string) *breaker {
 // outcome to each breaker that let it through. The zero value reports
 // nothing.
 type breakerPass struct {
-	redis, service         *breaker
-	redisDone, serviceDone func(error)
+	redis, service             *breaker
+	redisTicket, serviceTicket ticket
+}
+
+// ticket is what one breaker gave a call it let through.
+type ticket struct {
+	done  func(error) // gobreaker's, or nil for a call let through while healthy
+	epoch uint64      // the breaker's epoch when it let the call through
 }
 
 // allow lets a unary call to service through the Redis breaker and the
@@ -238,12 +265,12 @@ func (b *breakers) allow(service, full, rid string) (breakerPass, error) {
 		return pass, err
 	}
 	br := b.service(service)
-	done, err := br.cb.Allow()
+	t, err := br.allow()
 	if err != nil {
-		pass.redisDone(errExcluded) // not sent: Redis was not tried
+		b.redis.report(pass.redisTicket, errExcluded) // not sent: Redis was not tried
 		return breakerPass{}, br.refusal(err, full, rid)
 	}
-	pass.service, pass.serviceDone = br, done
+	pass.service, pass.serviceTicket = br, t
 	return pass, nil
 }
 
@@ -253,21 +280,21 @@ func (b *breakers) allowRedis(full, rid string) (breakerPass, error) {
 	if b == nil {
 		return breakerPass{}, nil
 	}
-	done, err := b.redis.cb.Allow()
+	t, err := b.redis.allow()
 	if err != nil {
 		return breakerPass{}, b.redis.refusal(err, full, rid)
 	}
-	return breakerPass{redis: b.redis, redisDone: done}, nil
+	return breakerPass{redis: b.redis, redisTicket: t}, nil
 }
 
 // done reports a call's outcome (its final error, nil on success). It must
 // be called exactly once for every pass allow returned.
 func (p breakerPass) done(err error) {
-	if p.redisDone != nil {
-		p.redis.report(p.redisDone, err)
+	if p.redis != nil {
+		p.redis.report(p.redisTicket, err)
 	}
-	if p.serviceDone != nil {
-		p.service.report(p.serviceDone, err)
+	if p.service != nil {
+		p.service.report(p.serviceTicket, err)
 	}
 }
 
@@ -338,25 +365,59 @@ func noLiveServer(e *Error) *Error {
 	return e
 }
 
-// report hands the outcome of err to done, remembering a failure's
+// allow lets a call through, or returns gobreaker's reason for refusing it.
+func (br *breaker) allow() (ticket, error) {
+	epoch := br.epoch.Load()
+	if br.healthy.Load() {
+		return ticket{epoch: epoch}, nil
+	}
+	done, err := br.cb.Allow()
+	return ticket{done: done, epoch: epoch}, err
+}
+
+// report hands the outcome of err to the breaker, remembering a failure's
 // message for the refusals that follow.
-func (br *breaker) report(done func(error), err error) {
+func (br *breaker) report(t ticket, err error) {
+	var result error // what gobreaker's done is given
 	switch br.classify(err) {
 	case outcomeSuccess:
-		done(nil)
+		if t.done == nil && br.healthy.Load() {
+			return // gobreaker would count it and change nothing
+		}
 	case outcomeExcluded:
-		done(errExcluded)
+		if t.done == nil {
+			return
+		}
+		result = errExcluded
 	default:
 		br.mu.Lock()
 		br.lastErr = toError(err).Message()
 		br.mu.Unlock()
-		done(errBreakerFailure)
+		result = errBreakerFailure
 	}
+
+	br.slow.Lock()
+	defer br.slow.Unlock()
+	done := t.done
+	if done == nil {
+		// Let through while healthy: its outcome counts only if the
+		// breaker is still in the state that let it through.
+		if br.epoch.Load() != t.epoch {
+			return
+		}
+		var err error
+		if done, err = br.cb.Allow(); err != nil {
+			return
+		}
+	}
+	done(result)
+	br.healthy.Store(br.cb.State() == gobreaker.StateClosed && br.cb.Counts().ConsecutiveFailures == 0)
 }
 
 // changed logs and counts a state change. gobreaker calls it with its own
 // lock held, so it must not call the breaker.
 func (br *breaker) changed(from, to gobreaker.State) {
+	br.epoch.Add(1)
 	br.mu.Lock()
 	if to == gobreaker.StateOpen {
 		br.openedAt = time.Now()

@@ -1,0 +1,110 @@
+package tunnel
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// The breaker's healthy fast path must keep gobreaker's counting: these
+// tests drive one breaker with outcomes in the orders concurrent calls
+// can report them and check the state gobreaker ends in. (No Redis is
+// involved; rdb only names Redis in messages.)
+
+func testBreaker(t *testing.T, coolDown time.Duration) *breaker {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := newBreakers(BreakerOptions{CoolDown: coolDown}, rdb, noop.NewMeterProvider(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.service("svc")
+}
+
+// errNoServer is a failure for a service's breaker.
+var errNoServer error = noLiveServer(notExecutedf(Unavailable, "no live server"))
+
+func mustAllow(t *testing.T, br *breaker) ticket {
+	t.Helper()
+	tk, err := br.allow()
+	if err != nil {
+		t.Fatalf("breaker refused a call in state %v: %v", br.cb.State(), err)
+	}
+	return tk
+}
+
+func TestBreakerSuccessAfterFailureResetsCount(t *testing.T) {
+	br := testBreaker(t, time.Hour)
+	// Two calls let through while healthy; the first fails, then the
+	// second succeeds: as with gobreaker alone, the success resets the
+	// count of consecutive failures.
+	a, b := mustAllow(t, br), mustAllow(t, br)
+	br.report(a, errNoServer)
+	if br.healthy.Load() {
+		t.Fatal("healthy after a failure")
+	}
+	br.report(b, nil)
+	if !br.healthy.Load() || br.cb.Counts().ConsecutiveFailures != 0 {
+		t.Fatalf("after a later success: healthy %v, consecutive failures %d; want healthy, 0",
+			br.healthy.Load(), br.cb.Counts().ConsecutiveFailures)
+	}
+	for range DefaultBreakerFailureThreshold - 1 {
+		br.report(mustAllow(t, br), errNoServer)
+	}
+	if got := br.cb.State(); got != gobreaker.StateClosed {
+		t.Fatalf("state %v after %d failures; want closed", got, DefaultBreakerFailureThreshold-1)
+	}
+	br.report(mustAllow(t, br), errNoServer)
+	if got := br.cb.State(); got != gobreaker.StateOpen {
+		t.Fatalf("state %v after %d consecutive failures; want open", got, DefaultBreakerFailureThreshold)
+	}
+	if _, err := br.allow(); err == nil {
+		t.Fatal("an open breaker let a call through")
+	}
+}
+
+func TestBreakerIgnoresOutcomesFromAnEarlierState(t *testing.T) {
+	br := testBreaker(t, time.Millisecond)
+	late := mustAllow(t, br) // let through while healthy, reports last
+	for range DefaultBreakerFailureThreshold {
+		br.report(mustAllow(t, br), errNoServer)
+	}
+	if got := br.cb.State(); got != gobreaker.StateOpen {
+		t.Fatalf("state %v; want open", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for br.cb.State() != gobreaker.StateHalfOpen {
+		if time.Now().After(deadline) {
+			t.Fatal("breaker did not turn half-open after its cool-down")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	probe := mustAllow(t, br)
+	// The late failure belongs to the closed state: it must neither open
+	// the half-open breaker again nor take the probe's place.
+	br.report(late, errNoServer)
+	if got := br.cb.State(); got != gobreaker.StateHalfOpen {
+		t.Fatalf("state %v after a failure let through before it opened; want half-open", got)
+	}
+	br.report(probe, nil)
+	if got := br.cb.State(); got != gobreaker.StateClosed || !br.healthy.Load() {
+		t.Fatalf("after the probe succeeded: state %v, healthy %v; want closed, healthy", got, br.healthy.Load())
+	}
+}
+
+func TestBreakerExcludedOutcomesCountNothing(t *testing.T) {
+	br := testBreaker(t, time.Hour)
+	for range DefaultBreakerFailureThreshold - 1 {
+		br.report(mustAllow(t, br), errNoServer)
+	}
+	br.report(mustAllow(t, br), Errorf(Canceled, "cancelled by its caller"))
+	br.report(mustAllow(t, br), errNoServer)
+	if got := br.cb.State(); got != gobreaker.StateOpen {
+		t.Fatalf("state %v: a cancelled call between failures reset the count; want open", got)
+	}
+}
