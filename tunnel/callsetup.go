@@ -33,6 +33,14 @@ func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout t
 	return time.Now().Add(timeout)
 }
 
+// ctxEndsBy reports whether ctx's own deadline is deadline or earlier:
+// then the call needs no context of its own to end on time (a caller's
+// request-scoped context usually brings the deadline that wins).
+func ctxEndsBy(ctx context.Context, deadline time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && !d.After(deadline)
+}
+
 // anyLiveWorker reports whether lane of svc has a live worker. It trusts
 // the cached count when that is positive; when it is zero it looks again
 // before failing the call, so a server that just started is found at once.

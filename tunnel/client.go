@@ -234,8 +234,11 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	}()
 	cfg, full, rid := &started.cfg, started.full, started.rid
 
-	ctx, cancel := context.WithDeadline(ctx, c.deadline(ctx, method, cfg.timeout))
-	defer cancel()
+	if deadline := c.deadline(ctx, method, cfg.timeout); !ctxEndsBy(ctx, deadline) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	if ctx.Err() != nil { // cancelled, or a budget spent upstream
 		return notSent(ctx, full, rid, "before the call began")
 	}
