@@ -228,10 +228,10 @@ func (c *Client) checkAsync(method *MethodDesc, full, rid string, cfg *callConfi
 // enqueue writes one request through the client's enqueuer and turns the
 // verdict into an error.
 func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lane string, shard int, capacity, due int64, raw []byte) error {
-	sk := c.keys.Shard(svc.name, shard)
+	keys := svc.queueKeys(c.keys, shard, lane)
 	item := &enqueuing{
-		stream:   sk.Requests(lane),
-		retries:  sk.Retries(lane),
+		stream:   keys.requests,
+		retries:  keys.retries,
 		capacity: shareOfCap(capacity, int(svc.shards.count.Load())),
 		due:      due,
 		raw:      raw,

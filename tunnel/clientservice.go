@@ -40,7 +40,7 @@ type clientService struct {
 	respMu    sync.Mutex                                // serializes opening response streams
 	responses [MaxShards]atomic.Pointer[responseStream] // by shard; nil until a unary call needs it
 
-	defaultRequests [MaxShards]atomic.Pointer[string] // default lane's request stream by shard, once named
+	defaultQueues [MaxShards]atomic.Pointer[queueKeys] // default lane's queue keys by shard, once named
 
 	// waiting holds the unary calls waiting for their response, by
 	// request id.
@@ -60,18 +60,31 @@ type responseStream struct {
 	trimmed string
 }
 
-// requestStream names the request stream of lane in shard. The default
-// lane's names, which nearly every call needs, are made once.
+// queueKeys name the request stream and retry set of one lane in one shard.
+type queueKeys struct{ requests, retries string }
+
+// queueKeys names the queue of lane in shard. The default lane's names,
+// which nearly every call needs, are made once.
+func (s *clientService) queueKeys(keys store.Keyspace, shard int, lane string) *queueKeys {
+	if lane != DefaultLane && lane != "" {
+		sk := keys.Shard(s.name, shard)
+		return &queueKeys{requests: sk.Requests(lane), retries: sk.Retries(lane)}
+	}
+	if q := s.defaultQueues[shard].Load(); q != nil {
+		return q
+	}
+	sk := keys.Shard(s.name, shard)
+	q := &queueKeys{requests: sk.Requests(DefaultLane), retries: sk.Retries(DefaultLane)}
+	s.defaultQueues[shard].Store(q)
+	return q
+}
+
+// requestStream names the request stream of lane in shard.
 func (s *clientService) requestStream(keys store.Keyspace, shard int, lane string) string {
 	if lane != DefaultLane && lane != "" {
 		return keys.Shard(s.name, shard).Requests(lane)
 	}
-	if name := s.defaultRequests[shard].Load(); name != nil {
-		return *name
-	}
-	name := keys.Shard(s.name, shard).Requests(DefaultLane)
-	s.defaultRequests[shard].Store(&name)
-	return name
+	return s.queueKeys(keys, shard, lane).requests
 }
 
 // liveWorkers returns how many workers serve lane (all lanes for "").
