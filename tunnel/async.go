@@ -195,16 +195,19 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if cfg.timeout > 0 {
 		env.Timeout = cfg.timeout.Milliseconds()
 	}
-	raw, err := c.encodeRequest(env)
+	envelope, err := c.encodeRequestPooled(env)
 	if err != nil {
 		return Receipt{}, notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
 	}
+	// enqueue returns once its script has run, or once it is withdrawn.
+	defer c.buffers.Put(envelope)
+
 	var due int64 // 0: at once
 	if time.Until(receipt.ProcessAt) > 0 {
 		due = c.clock.toRedis(receipt.ProcessAt)
 	}
 	lane, shard := c.route(svc, method, cfg, cfg.idempotencyKey)
-	if err := c.enqueue(ctx, svc, full, rid, lane, shard, capacity, due, raw); err != nil {
+	if err := c.enqueue(ctx, svc, full, rid, lane, shard, capacity, due, *envelope); err != nil {
 		return Receipt{}, err
 	}
 	return receipt, nil

@@ -67,7 +67,10 @@ type Client struct {
 }
 
 // NewClient returns a Client that talks through rdb. rdb stays the caller's:
-// Close does not close it.
+// Close does not close it. The Client reuses the memory of the envelopes
+// it writes once the command carrying them has returned, so a go-redis
+// hook added to rdb may read a command's arguments while the command runs
+// but must copy any it keeps after that, as an io.Writer must not keep p.
 func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("rpr: NewClient: redis client is nil (use tunnel.Open)")
@@ -347,7 +350,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	}
 
 	deadline, _ := ctx.Deadline()
-	raw, err := c.encodeRequest(&wire.Request{
+	envelope, err := c.encodeRequestPooled(&wire.Request{
 		Version:  wire.Version,
 		ID:       rid,
 		Method:   full,
@@ -365,8 +368,11 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 
 	wait := svc.expect(rid)
 	defer svc.forget(rid)
-	send := newSendOp(svc, call, svc.requestStream(c.keys, call.shard, call.lane), raw)
+	send := newSendOp(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers)
 	err = c.writer.submit(ctx, &send.pipelineOp)
+	if err != nil {
+		send.releaseEnvelope() // never queued
+	}
 	if errors.Is(err, errBatcherClosed) {
 		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
 	}
@@ -387,6 +393,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		// sent; one already handed to Redis needs the arbiter, which needs
 		// its entry id: the send's reply is due any moment.
 		if send.abandon() {
+			send.releaseEnvelope() // withdrawn before a flusher took it
 			return c.gaveUp(ctx, call, false, "")
 		}
 		return c.gaveUp(ctx, call, true, send.awaitEntryID(arbiterBudget))

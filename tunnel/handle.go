@@ -74,14 +74,15 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	if Code(resp.Code) != OK {
 		final = wire.StateFailed
 	}
-	raw, err := req.encodeResponse(resp)
+	raw, err := req.encodeResponsePooled(&s.buffers, resp)
 	if err != nil {
 		log.Error("rpr: encode response", "error", err)
 		return
 	}
+	defer s.buffers.Put(raw) // complete returns once the script that carries it has
 	ttl := stateTTL(deadline)
 	comp := &completion{kind: completeClaimed,
-		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: raw}}
+		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: *raw}}
 	if req.fast {
 		comp.kind = answerFast // no state to record
 	}

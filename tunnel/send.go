@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rprtunnel/rpr/internal/bufpool"
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
@@ -24,14 +25,18 @@ type sendOp struct {
 	values  [2]any // args.Values
 	entryID string // the request's entry; set before sent closes
 	sent    chan struct{}
+	// envelope is the request's, from pool: finished gives it back, or
+	// the caller when it withdraws the op before it is taken.
+	envelope *[]byte
+	pool     *bufpool.Pool
 }
 
 // newSendOp returns the op that adds raw to stream. Its caller learns of
 // success only when it asks (awaitEntryID), and of failure through the
 // call's response channel: a call's one wake-up is its outcome.
-func newSendOp(svc *clientService, call *outgoingCall, stream string, raw []byte) *sendOp {
-	op := &sendOp{svc: svc, call: call, sent: make(chan struct{})}
-	op.values = [2]any{wire.Field, raw}
+func newSendOp(svc *clientService, call *outgoingCall, stream string, envelope *[]byte, pool *bufpool.Pool) *sendOp {
+	op := &sendOp{svc: svc, call: call, sent: make(chan struct{}), envelope: envelope, pool: pool}
+	op.values = [2]any{wire.Field, *envelope}
 	op.args = redis.XAddArgs{Stream: stream, Values: op.values[:]}
 	op.command = op
 	return op
@@ -45,6 +50,7 @@ func (op *sendOp) finished(cmd redis.Cmder) {
 	if xadd, ok := cmd.(*redis.StringCmd); ok {
 		op.entryID = xadd.Val()
 	}
+	op.releaseEnvelope() // the XADD has returned: nothing reads it again
 	close(op.sent)
 	if err := cmd.Err(); err != nil {
 		if neverRan(err) { // Redis refused it, or was never reached
@@ -57,6 +63,15 @@ func (op *sendOp) finished(cmd redis.Cmder) {
 		op.svc.complete(op.call.id, callResult{err: &Error{code: Unavailable, local: true,
 			message: fmt.Sprintf("%s [%s]: send request to redis: %v (whether it reached Redis, and so may run, is unknown)", op.call.full, op.call.id, err)}})
 	}
+}
+
+// releaseEnvelope gives the request's envelope back to its pool. Only
+// whoever settles the op (finished, or the caller whose abandon
+// succeeded) calls it.
+func (op *sendOp) releaseEnvelope() {
+	op.values[1] = nil
+	op.pool.Put(op.envelope)
+	op.envelope = nil
 }
 
 // awaitEntryID waits up to budget for the send's reply and returns the

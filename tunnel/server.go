@@ -225,7 +225,10 @@ type serverService struct {
 }
 
 // NewServer returns a Server that serves through rdb. rdb stays the
-// caller's: Serve does not close it.
+// caller's: Serve does not close it. Like a Client, the Server reuses the
+// memory of the envelopes it writes once the command carrying them has
+// returned: a go-redis hook added to rdb must copy any argument it keeps
+// after the command returns.
 func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	if rdb == nil {
 		return nil, errors.New("rpr: NewServer: redis client is nil (use tunnel.Open)")

@@ -103,15 +103,40 @@ func newCallerIdentity(creds *Credentials) (*callerIdentity, error) {
 // encodeRequest encodes env as this client sends it: sealed and signed
 // when the client has Credentials.
 func (c *Client) encodeRequest(env *wire.Request) ([]byte, error) {
+	if err := c.secureRequest(env); err != nil {
+		return nil, err
+	}
+	return wire.EncodeRequest(env)
+}
+
+// encodeRequestPooled is encodeRequest into a buffer of the client's pool:
+// the envelope is *buf, which its caller gives back (c.buffers.Put) once
+// the command that carries it has returned.
+func (c *Client) encodeRequestPooled(env *wire.Request) (*[]byte, error) {
+	if err := c.secureRequest(env); err != nil {
+		return nil, err
+	}
+	buf := c.buffers.Get(wire.RequestCap(env))
+	out, err := wire.AppendRequest((*buf)[:0], env)
+	if err != nil {
+		c.buffers.Put(buf)
+		return nil, err
+	}
+	*buf = out
+	return buf, nil
+}
+
+// secureRequest seals and signs env as the client's Credentials ask.
+func (c *Client) secureRequest(env *wire.Request) error {
 	if id := c.identity; id != nil {
 		if id.seal {
 			if err := id.key.SealRequest(env); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		id.key.SignRequest(env, id.name)
 	}
-	return wire.EncodeRequest(env)
+	return nil
 }
 
 // authentic checks an answer read from this client's response stream.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rprtunnel/rpr/internal/bufpool"
 	"github.com/rprtunnel/rpr/internal/wire"
 )
 
@@ -163,15 +164,41 @@ func (tc *trustedCallers) authorize(caller, method, id string) error {
 // encodeResponse encodes the answer to req: signed with its caller's key
 // (and sealed when the request was) for a verified caller.
 func (req *received) encodeResponse(resp *wire.Response) ([]byte, error) {
+	if err := req.secureResponse(resp); err != nil {
+		return nil, err
+	}
+	return wire.EncodeResponse(resp)
+}
+
+// encodeResponsePooled is encodeResponse into a buffer of pool: the
+// envelope is *buf, which its caller gives back (pool.Put) once the
+// command that carries it has returned.
+func (req *received) encodeResponsePooled(pool *bufpool.Pool, resp *wire.Response) (*[]byte, error) {
+	if err := req.secureResponse(resp); err != nil {
+		return nil, err
+	}
+	buf := pool.Get(wire.ResponseCap(resp))
+	out, err := wire.AppendResponse((*buf)[:0], resp)
+	if err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	*buf = out
+	return buf, nil
+}
+
+// secureResponse signs resp with its caller's key (and seals it when the
+// request was sealed), for a verified caller.
+func (req *received) secureResponse(resp *wire.Response) error {
 	if req.key != nil {
 		if req.env.Sealed != nil {
 			if err := req.key.SealResponse(resp); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		req.key.SignResponse(resp)
 	}
-	return wire.EncodeResponse(resp)
+	return nil
 }
 
 // caller is the request's verified caller; "" for an unsigned request.

@@ -36,8 +36,34 @@ var errUnknownField = errors.New("unknown field")
 // EncodeRequest encodes a request envelope as msgpack.Marshal would,
 // without reflection.
 func EncodeRequest(env *Request) ([]byte, error) {
-	w := newEnvelopeWriter(len(env.Payload) + len(env.Sealed) + metadataBytes(env.Header))
+	w := newEnvelopeWriter(requestBulk(env))
 	defer w.release()
+	writeRequest(w, env)
+	return w.result()
+}
+
+// AppendRequest is EncodeRequest appending to dst, for a caller that
+// reuses its buffers: with cap(dst) of at least RequestCap(env) the
+// envelope is written into dst's memory and nothing is allocated.
+func AppendRequest(dst []byte, env *Request) ([]byte, error) {
+	w := newAppendingWriter(dst)
+	defer w.release()
+	writeRequest(w, env)
+	return w.appended()
+}
+
+// RequestCap is a capacity that holds env's encoding: its payload, sealed
+// part and header, and room for the other fields.
+func RequestCap(env *Request) int { return requestBulk(env) + envelopeFields }
+
+// requestBulk is about what env's variable-length fields take.
+func requestBulk(env *Request) int {
+	return len(env.Payload) + len(env.Sealed) + metadataBytes(env.Header) +
+		len(env.ID) + len(env.Method) + len(env.ReplyTo) + len(env.Key) + len(env.Caller) + len(env.Sig)
+}
+
+// writeRequest writes env's fields.
+func writeRequest(w *envelopeWriter, env *Request) {
 	// v, id, m, t, a and k are always written, and p unless sealed; the
 	// rest are omitempty. A sealed request carries its header and payload
 	// only in Sealed.
@@ -103,7 +129,6 @@ func EncodeRequest(env *Request) ([]byte, error) {
 	if env.Sig != nil {
 		w.bytes("sg", env.Sig)
 	}
-	return w.result()
 }
 
 // EncodeResponse encodes a response envelope as msgpack.Marshal would,
@@ -111,6 +136,27 @@ func EncodeRequest(env *Request) ([]byte, error) {
 func EncodeResponse(env *Response) ([]byte, error) {
 	w := newEnvelopeWriter(responseBulk(env))
 	defer w.release()
+	writeResponse(w, env)
+	return w.result()
+}
+
+// AppendResponse is EncodeResponse appending to dst, for a caller that
+// reuses its buffers: with cap(dst) of at least ResponseCap(env) the
+// envelope is written into dst's memory and nothing is allocated.
+func AppendResponse(dst []byte, env *Response) ([]byte, error) {
+	w := newAppendingWriter(dst)
+	defer w.release()
+	writeResponse(w, env)
+	return w.appended()
+}
+
+// ResponseCap is a capacity that holds env's encoding: its payload,
+// sealed part, message, details and metadata, and room for the other
+// fields.
+func ResponseCap(env *Response) int { return responseBulk(env) + envelopeFields }
+
+// writeResponse writes env's fields.
+func writeResponse(w *envelopeWriter, env *Response) {
 	// v, id and c are always written; the rest are omitempty. A sealed
 	// response carries everything else only in Sealed.
 	clear := env.Sealed == nil
@@ -127,7 +173,6 @@ func EncodeResponse(env *Response) ([]byte, error) {
 	if env.Sig != nil {
 		w.bytes("sg", env.Sig)
 	}
-	return w.result()
 }
 
 // writeResponseBody writes the fields of a response that sealing hides:

@@ -664,3 +664,52 @@ func TestEnvelopePeeks(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvelopeAppendWritesEncodeBytes checks AppendRequest and
+// AppendResponse against EncodeRequest and EncodeResponse: the same bytes
+// after dst's own, written into dst's memory with no allocation when dst
+// has the capacity RequestCap or ResponseCap gives.
+func TestEnvelopeAppendWritesEncodeBytes(t *testing.T) {
+	for name, env := range sampleRequests() {
+		checkAppend(t, "request "+name, env, EncodeRequest, AppendRequest, RequestCap)
+	}
+	for name, env := range sampleResponses() {
+		checkAppend(t, "response "+name, env, EncodeResponse, AppendResponse, ResponseCap)
+	}
+}
+
+func checkAppend[T any](t *testing.T, name string, env *T, encode func(*T) ([]byte, error), appendTo func([]byte, *T) ([]byte, error), capFor func(*T) int) {
+	t.Helper()
+	want, err := encode(env)
+	if err != nil {
+		t.Fatalf("%s: encode: %v", name, err)
+	}
+	// Metadata is a map, written in its iteration order: compare what
+	// the bytes decode to.
+	same := func(b []byte) bool {
+		var got, exp any
+		return referenceDecode(b, &got) == nil && referenceDecode(want, &exp) == nil && reflect.DeepEqual(got, exp)
+	}
+	prefix := []byte("kept")
+	got, err := appendTo(append([]byte(nil), prefix...), env)
+	if err != nil {
+		t.Fatalf("%s: append: %v", name, err)
+	}
+	if !bytes.Equal(got[:len(prefix)], prefix) || !same(got[len(prefix):]) {
+		t.Fatalf("%s: append wrote %d bytes after dst's, unlike encode's %d, or changed dst's own", name, len(got)-len(prefix), len(want))
+	}
+	dst := make([]byte, 0, capFor(env))
+	var out []byte
+	allocs := testing.AllocsPerRun(20, func() {
+		out, err = appendTo(dst, env)
+	})
+	if err != nil || !same(out) {
+		t.Fatalf("%s: append into a buffer of its cap: %v, same envelope %v", name, err, same(out))
+	}
+	if &out[0] != &dst[:1][0] {
+		t.Errorf("%s: append into a buffer of cap %d (envelope %d bytes) wrote into new memory", name, cap(dst), len(want))
+	}
+	if allocs != 0 {
+		t.Errorf("%s: append into a buffer of its cap allocated %.0f times, want 0", name, allocs)
+	}
+}

@@ -26,6 +26,9 @@ type envelopeWriter struct {
 	// owned: the writer is not from the pool (newEnvelopeWriter) and its
 	// buffer is the result.
 	owned bool
+	// appending: the writer is from appendingWriters, its buffer the
+	// caller's (newAppendingWriter).
+	appending bool
 }
 
 // envelopeWriters holds writers whose encoder is bound to their buffer for
@@ -35,6 +38,31 @@ var envelopeWriters = sync.Pool{New: func() any {
 	w.enc = msgpack.NewEncoder(&w.buf)
 	return w
 }}
+
+// appendingWriters holds writers for AppendRequest and AppendResponse,
+// whose buffer is the caller's for each envelope.
+var appendingWriters = sync.Pool{New: func() any {
+	w := &envelopeWriter{appending: true}
+	w.enc = msgpack.NewEncoder(&w.buf)
+	return w
+}}
+
+// newAppendingWriter returns a writer that appends to dst.
+func newAppendingWriter(dst []byte) *envelopeWriter {
+	w := appendingWriters.Get().(*envelopeWriter)
+	w.buf = *bytes.NewBuffer(dst)
+	return w
+}
+
+// appended returns dst with the envelope appended, and lets go of it.
+func (w *envelopeWriter) appended() ([]byte, error) {
+	out := w.buf.Bytes()
+	w.buf = bytes.Buffer{}
+	if w.err != nil {
+		return nil, fmt.Errorf("rpr: encode envelope: %w", w.err)
+	}
+	return out, nil
+}
 
 // envelopeFields bounds what an envelope's fields other than its bulk
 // (payload, sealed part, message, metadata) take: keys, ids, method,
@@ -57,10 +85,11 @@ func newEnvelopeWriter(bulk int) *envelopeWriter {
 	return w
 }
 
-// responseBulk is about what env's payload, sealed part, message, details
-// and metadata take in an envelope.
+// responseBulk is about what env's variable-length fields take in an
+// envelope.
 func responseBulk(env *Response) int {
-	n := len(env.Payload) + len(env.Sealed) + len(env.Message) + metadataBytes(env.Header) + metadataBytes(env.Trailer)
+	n := len(env.Payload) + len(env.Sealed) + len(env.Message) + metadataBytes(env.Header) + metadataBytes(env.Trailer) +
+		len(env.ID) + len(env.Sig)
 	for _, d := range env.Details {
 		n += len(d)
 	}
@@ -82,6 +111,12 @@ func metadataBytes(md Metadata) int {
 // release returns w to the pool unless it is a writer of its own or its
 // buffer grew too big to keep.
 func (w *envelopeWriter) release() {
+	if w.appending {
+		w.buf = bytes.Buffer{} // the caller's, even after a failure
+		w.err = nil
+		appendingWriters.Put(w)
+		return
+	}
 	if w.owned || w.buf.Cap() > maxPooledEnvelope {
 		return
 	}
