@@ -4,6 +4,7 @@
 //
 // It is written by hand because none of the pools that install here
 // (gRPC-go's mem package among them) may enter the runtime's
-// dependencies, and what is needed is small: power-of-two classes over
-// sync.Pool, each buffer owned by one caller between Get and Put.
+// dependencies, and what is needed is small: size classes a quarter of a
+// power of two apart over sync.Pool, each buffer owned by one caller
+// between Get and Put.
 package bufpool

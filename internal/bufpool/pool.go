@@ -5,20 +5,38 @@ import (
 	"sync"
 )
 
-// Size classes: powers of two from MinSize to MaxSize. A buffer asked for
-// beyond MaxSize is allocated and never kept, so that one huge message
-// does not pin its memory in the pool.
+// Size classes run from MinSize to MaxSize in quarter steps of each power
+// of two (256, 320, 384, 448, 512, 640, ...), so that a buffer is never
+// more than a quarter bigger than asked: a message of 1 MiB and a few
+// bytes takes a buffer of 1.25 MiB, not 2 MiB. A buffer asked for beyond
+// MaxSize is allocated and never kept, so that one huge message does not
+// pin its memory in the pool.
 const (
 	minShift = 8  // 256 B
 	maxShift = 22 // 4 MiB
 	MinSize  = 1 << minShift
 	MaxSize  = 1 << maxShift
+	steps    = 4 // classes per power of two
 )
+
+// classes is how many size classes there are: MinSize, then four for each
+// power of two up to MaxSize.
+const classes = 1 + steps*(maxShift-minShift)
 
 // Pool hands out buffers by size class. The zero Pool is ready to use; a
 // Pool must not be copied after first use.
 type Pool struct {
-	classes [maxShift - minShift + 1]sync.Pool
+	classes [classes]sync.Pool
+}
+
+// classSize is the capacity of class c's buffers.
+func classSize(c int) int {
+	if c == 0 {
+		return MinSize
+	}
+	c--
+	shift := minShift + c/steps                // the power of two the class is above
+	return 1<<shift + (c%steps+1)<<shift/steps // a quarter step at a time
 }
 
 // class is the index of the smallest class that holds size bytes, or -1
@@ -30,7 +48,22 @@ func class(size int) int {
 	if size > MaxSize {
 		return -1
 	}
-	return bits.Len(uint(size-1)) - minShift
+	shift := bits.Len(uint(size-1)) - 1 // 1<<shift < size <= 2<<shift
+	step := (size - 1 - 1<<shift) / (1 << shift / steps)
+	return 1 + (shift-minShift)*steps + step
+}
+
+// fills is the index of the largest class whose buffers n bytes can
+// serve, or -1 when n is below MinSize or beyond MaxSize.
+func fills(n int) int {
+	if n < MinSize || n > MaxSize {
+		return -1
+	}
+	c := class(n)
+	if classSize(c) > n {
+		c--
+	}
+	return c
 }
 
 // Get returns an empty buffer whose capacity is at least size. Its caller
@@ -44,7 +77,7 @@ func (p *Pool) Get(size int) *[]byte {
 	if b, ok := p.classes[c].Get().(*[]byte); ok {
 		return b
 	}
-	b := make([]byte, 0, 1<<(c+minShift))
+	b := make([]byte, 0, classSize(c))
 	return &b
 }
 
@@ -53,11 +86,10 @@ func (p *Pool) Get(size int) *[]byte {
 // its capacity fills; one beyond MaxSize, or smaller than MinSize, is
 // left to the garbage collector.
 func (p *Pool) Put(b *[]byte) {
-	n := cap(*b)
-	if n < MinSize || n > MaxSize {
+	c := fills(cap(*b))
+	if c < 0 {
 		return
 	}
-	c := bits.Len(uint(n)) - 1 - minShift // the largest class n fills
 	*b = (*b)[:0]
 	p.classes[c].Put(b)
 }

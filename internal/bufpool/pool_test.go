@@ -31,9 +31,33 @@ func TestPutOfAGrownBufferKeepsItsClassHonest(t *testing.T) {
 }
 
 func TestClass(t *testing.T) {
-	for size, want := range map[int]int{0: 0, 256: 0, 257: 1, 512: 1, 513: 2, MaxSize: maxShift - minShift, MaxSize + 1: -1} {
+	for size, want := range map[int]int{0: 0, 256: 0, 257: 1, 320: 1, 321: 2, 512: 4, 513: 5, 640: 5, 1<<20 + 3: 1 + 12*4, MaxSize: classes - 1, MaxSize + 1: -1} {
 		if got := class(size); got != want {
 			t.Errorf("class(%d) = %d, want %d", size, got, want)
+		}
+	}
+}
+
+// TestClassSizes checks every class against its neighbours: each holds
+// what it promises, the next is at most a quarter bigger, and a buffer
+// of a class's capacity is filed back in that class.
+func TestClassSizes(t *testing.T) {
+	if classSize(classes-1) != MaxSize {
+		t.Fatalf("the last class holds %d, want MaxSize %d", classSize(classes-1), MaxSize)
+	}
+	for c := range classes {
+		n := classSize(c)
+		if class(n) != c || fills(n) != c {
+			t.Errorf("class %d holds %d: class(%d) = %d, fills(%d) = %d", c, n, n, class(n), n, fills(n))
+		}
+		if c > 0 {
+			prev := classSize(c - 1)
+			if n <= prev || n > prev+prev/4+1 {
+				t.Errorf("class %d holds %d after %d: not a step of at most a quarter", c, n, prev)
+			}
+			if class(prev+1) != c || fills(n-1) != c-1 {
+				t.Errorf("class %d: class(%d) = %d, fills(%d) = %d", c, prev+1, class(prev+1), n-1, fills(n-1))
+			}
 		}
 	}
 }
