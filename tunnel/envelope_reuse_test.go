@@ -1,0 +1,146 @@
+package tunnel_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/rprtunnel/rpr/internal/redistest"
+	"github.com/rprtunnel/rpr/tunnel"
+)
+
+// Clients and servers write their envelopes into pooled buffers and reuse
+// them once the command that carries them has returned. These tests make
+// many calls at once, each with its own payload of a size from a few bytes
+// to past the pool's largest class of small envelopes, some given up on
+// while in flight, and check that every payload arrives as it was sent: a
+// buffer given back too early would hand one call's bytes to another.
+
+// distinctPayload is call i's payload: its number, then filler of a size
+// that varies with i.
+func distinctPayload(i int) string {
+	sizes := []int{10, 300, 5000, 70 << 10, 200 << 10}
+	head := fmt.Sprintf("call %d:", i)
+	return head + strings.Repeat(string(rune('a'+i%26)), sizes[i%len(sizes)])
+}
+
+func TestEnvelopeBuffersAreNotSharedBetweenCalls(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	quiet := slog.New(slog.DiscardHandler)
+	startServer(t, rdb, tunnel.ServerOptions{Concurrency: 32, Logger: quiet}, func(s *tunnel.Server) {
+		s.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			return in, nil
+		}})
+	})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	echo := method("Echo")
+	waitAnswered(t, client, echo)
+
+	const callers, calls = 16, 40
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answered, gaveUp := 0, 0
+	for c := range callers {
+		wg.Go(func() {
+			for k := range calls {
+				i := c*calls + k
+				want := distinctPayload(i)
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%5 == 0 { // given up on while queued, sending or waiting
+					time.AfterFunc(time.Duration(i%7)*100*time.Microsecond, cancel)
+				}
+				got := new(wrapperspb.StringValue)
+				err := client.Invoke(ctx, echo, wrapperspb.String(want), got)
+				cancel()
+				mu.Lock()
+				switch {
+				case err == nil && got.GetValue() != want:
+					t.Errorf("call %d: answer of %d bytes starting %q; want its own %d bytes", i, len(got.GetValue()), prefix(got.GetValue()), len(want))
+				case err == nil:
+					answered++
+				case tunnel.CodeOf(err) == tunnel.Canceled:
+					gaveUp++
+				default:
+					t.Errorf("call %d: %v", i, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d calls answered with their own payload, %d cancelled", answered, gaveUp)
+	if answered < callers*calls*4/5 {
+		t.Errorf("%d of %d calls answered; want at least the %d never cancelled", answered, callers*calls, callers*calls*4/5)
+	}
+}
+
+func TestAsyncEnvelopeBuffersAreNotSharedBetweenRequests(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := rs.Client(t)
+	quiet := slog.New(slog.DiscardHandler)
+	const producers, each = 8, 40
+	var ran atomic.Int64
+	all := make(chan struct{})
+	impl := &jobs{runs: map[string]int{}, attempts: map[string][]int{}, at: map[string]time.Time{},
+		fn: func(context.Context, *wrapperspb.StringValue) error {
+			if ran.Add(1) == producers*each {
+				close(all)
+			}
+			return nil
+		}}
+	startServer(t, rdb, tunnel.ServerOptions{Concurrency: 16, Logger: quiet}, func(s *tunnel.Server) {
+		s.RegisterService(&jobsDesc, impl)
+	})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for k := range each {
+				i := p*each + k
+				if _, err := client.Enqueue(context.Background(), jobsMethod("Do"), wrapperspb.String(distinctPayload(i))); err != nil {
+					t.Errorf("enqueue %d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+	}
+	impl.mu.Lock()
+	defer impl.mu.Unlock()
+	for i := range producers * each {
+		if n := impl.runs[distinctPayload(i)]; n != 1 {
+			t.Errorf("request %d ran with its own payload %d times, want once", i, n)
+		}
+	}
+	if len(impl.runs) != producers*each {
+		t.Errorf("handlers saw %d distinct payloads, want %d (a payload nobody sent means a shared buffer)", len(impl.runs), producers*each)
+	}
+}
+
+// prefix is the start of s, for messages.
+func prefix(s string) string {
+	if len(s) > 16 {
+		return s[:16]
+	}
+	return s
+}
