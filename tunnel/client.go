@@ -203,7 +203,14 @@ type callStart struct {
 // startCall applies opts, names the call and starts its span and
 // measurements; the caller must end it.
 func (c *Client) startCall(ctx context.Context, method *MethodDesc, opts []CallOption) (context.Context, *callStart) {
-	s := &callStart{cfg: callConfig{retry: method.Retry}, full: method.FullMethod()}
+	s := new(callStart)
+	return c.startCallIn(ctx, s, method, opts), s
+}
+
+// startCallIn is startCall into s, for a caller that allocates s with
+// more of the call.
+func (c *Client) startCallIn(ctx context.Context, s *callStart, method *MethodDesc, opts []CallOption) context.Context {
+	*s = callStart{cfg: callConfig{retry: method.Retry}, full: method.FullMethod()}
 	for _, o := range opts {
 		o.apply(&s.cfg)
 	}
@@ -214,7 +221,7 @@ func (c *Client) startCall(ctx context.Context, method *MethodDesc, opts []CallO
 	ctx, s.span = c.tracing.startClient(ctx, s.full, s.rid)
 	s.measure = c.metrics.begin(ctx, s.full)
 	s.cfg.header = c.tracing.inject(ctx, s.cfg.header)
-	return ctx, s
+	return ctx
 }
 
 // end records the call's outcome in its span and measurements.
@@ -229,8 +236,17 @@ func (c *Client) takeSlot(ctx context.Context, s *callStart) error {
 	return c.slots.acquire(ctx, s.full, s.rid, c.metrics.attrs.get(s.full, OK, false))
 }
 
+// unaryCall is a unary call's start and what its attempts share, in one
+// allocation.
+type unaryCall struct {
+	start callStart
+	call  outgoingCall
+}
+
 func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
-	ctx, started := c.startCall(ctx, method, opts)
+	u := new(unaryCall)
+	started := &u.start
+	ctx = c.startCallIn(ctx, started, method, opts)
 	defer func() {
 		err = withCall(err, started.full, started.rid)
 		started.end(err)
@@ -255,7 +271,8 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 		return err
 	}
 	defer c.buffers.Put(buf) // every attempt's envelope is a copy
-	call := &outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg}
+	call := &u.call
+	*call = outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg}
 	policy := cfg.retry.withDefaults()
 	for attempt := 1; ; attempt++ {
 		if started.span.IsRecording() {

@@ -86,6 +86,8 @@ type received struct {
 	denied error
 	// log is the request's logger once handled (Server.handlerLog).
 	log requestLogger
+	// handling is what handle makes for the request, allocated with it.
+	handling handling
 }
 
 // readRequests takes requests of q in batches, never more than there are

@@ -15,6 +15,18 @@ import (
 // (a panic becomes INTERNAL), the response and the completion that
 // retires the request.
 
+// handling holds what handle makes for one request, inside the request's
+// own allocation rather than one allocation each: its entry in the
+// running set, its handler's info, its response and its completion.
+type handling struct {
+	running  runningRequest
+	info     handlerInfo
+	response wire.Response
+	// completion is the request's on the paths nearly every request
+	// takes: a unary answer, an async success.
+	completion completion
+}
+
 // handle runs (or, for an orphan, refuses) one claimed request and writes
 // its final state and response. The request counts as running, with its
 // lease extended, until its completion is written.
@@ -35,7 +47,8 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
 	ctx = withCaller(ctx, req.caller())
-	r.running.add(req.env.ID, &runningRequest{queue: q, received: req, cancel: cancelCause})
+	req.handling.running = runningRequest{queue: q, received: req, cancel: cancelCause}
+	r.running.add(req.env.ID, &req.handling.running)
 	defer r.running.remove(req.env.ID)
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
@@ -81,7 +94,8 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	}
 	defer s.buffers.Put(raw) // complete returns once the script that carries it has
 	ttl := stateTTL(deadline)
-	comp := &completion{kind: completeClaimed,
+	comp := &req.handling.completion
+	*comp = completion{kind: completeClaimed,
 		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: *raw}}
 	if req.fast {
 		comp.kind = answerFast // no state to record
@@ -121,7 +135,8 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 		return fail(Errorf(ResourceExhausted, "%s [%s]: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.Method, env.ID, len(env.Payload), s.opts.MaxRequestBytes))
 	}
 
-	info := &handlerInfo{header: req.handlerHeader(), id: env.ID, attempt: env.Attempt}
+	info := &req.handling.info
+	*info = handlerInfo{header: req.handlerHeader(), id: env.ID, attempt: env.Attempt}
 	if env.Kind == wire.KindAsync {
 		info.idempotencyKey = env.Key
 	}
@@ -129,7 +144,8 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	md := &info.response
 
 	reply, err := r.runHandler(ctx, q, req.method, env, log)
-	resp := &wire.Response{Version: wire.Version, ID: env.ID, Header: md.header, Trailer: md.trailer}
+	resp := &req.handling.response
+	*resp = wire.Response{Version: wire.Version, ID: env.ID, Header: md.header, Trailer: md.trailer}
 	if err == nil && req.method.Async {
 		return resp, nil, nil // nobody reads an async reply
 	}
