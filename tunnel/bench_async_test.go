@@ -26,9 +26,11 @@ import (
 // server, then, against the same redis-server, a plain pipelined XADD loop
 // writing as many entries (the floor of any Redis-streams queue: writing
 // alone, nothing processed). It reports processed requests/s, the ratio to
-// the XADD loop, enqueue latency p50/p99 and Redis commands per request
+// the XADD loop, enqueue latency p50/p99, Redis commands per request
 // (INFO commandstats, everything counted: enqueue, read, begin, complete,
-// heartbeats, mover, janitor).
+// heartbeats, mover, janitor), the round trips the client and the server
+// make per request (a pipeline counts once) and the reads and writes of
+// connections Redis makes per request.
 //
 //	go test -run '^$' -bench AsyncEndToEnd -benchtime 20000x ./tunnel
 func BenchmarkAsyncEndToEnd(b *testing.B) {
@@ -51,9 +53,13 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 			return nil, nil
 		},
 	}}}
-	startServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet}, func(s *tunnel.Server) { s.RegisterService(&counting, struct{}{}) })
+	sent := &commandCounter{} // what the server and the client send
+	serverRDB, clientRDB := rs.Client(b), rs.Client(b)
+	serverRDB.AddHook(sent)
+	clientRDB.AddHook(sent)
+	startServer(b, serverRDB, tunnel.ServerOptions{Concurrency: 256, Logger: quiet}, func(s *tunnel.Server) { s.RegisterService(&counting, struct{}{}) })
 	ctx := context.Background()
-	client, err := tunnel.NewClient(rs.Client(b), tunnel.ClientOptions{Logger: quiet, MaxBacklog: int64(b.N) + 1000})
+	client, err := tunnel.NewClient(clientRDB, tunnel.ClientOptions{Logger: quiet, MaxBacklog: int64(b.N) + 1000})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,6 +80,7 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	in := wrapperspb.String("hello, edge")
 	latencies := make([][]time.Duration, workers)
 	before := redisSample(b, rdb)
+	roundTrips := sent.roundTrips.Load()
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -100,6 +107,7 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	b.StopTimer()
 	used := redisSample(b, rdb).Sub(before)
 	commands := used.Commands
+	roundTrips = sent.roundTrips.Load() - roundTrips
 
 	// The floor: a plain pipelined XADD loop, same count, same Redis.
 	xaddStart := time.Now()
@@ -128,6 +136,8 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	b.ReportMetric(ms(all[len(all)*99/100]), "enqueue-p99-ms")
 	b.ReportMetric(float64(commands)/float64(b.N), "redis-cmds/req")
 	b.ReportMetric(float64(used.CPU.Microseconds())/float64(b.N), "redis-cpu-us/req")
+	b.ReportMetric(float64(roundTrips)/float64(b.N), "roundtrips/req")
+	b.ReportMetric(float64(used.Reads+used.Writes)/float64(b.N), "redis-reads+writes/req")
 	b.ReportMetric(0, "ns/op")
 	if os.Getenv("RPR_BENCH_COMMANDSTATS") != "" {
 		for _, l := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\n") {
