@@ -192,10 +192,11 @@ type breaker struct {
 	openedAt time.Time // when it last opened
 }
 
-// errExcluded is what done receives for an outcome the breaker ignores.
+// errExcluded is what gobreaker's done receives for an outcome the
+// breaker ignores.
 var errExcluded = errors.New("rpr: outcome excluded from the circuit breaker")
 
-// errBreakerFailure is what done receives for a failure.
+// errBreakerFailure is what gobreaker's done receives for a failure.
 var errBreakerFailure = errors.New("rpr: circuit breaker failure")
 
 func (b *breakers) newBreaker(name string, what func(state string) string, classify func(error) outcome) *breaker {
@@ -267,7 +268,7 @@ func (b *breakers) allow(service, full, rid string) (breakerPass, error) {
 	br := b.service(service)
 	t, err := br.allow()
 	if err != nil {
-		b.redis.report(pass.redisTicket, errExcluded) // not sent: Redis was not tried
+		b.redis.settle(pass.redisTicket, outcomeExcluded) // not sent: Redis was not tried
 		return breakerPass{}, br.refusal(err, full, rid)
 	}
 	pass.service, pass.serviceTicket = br, t
@@ -378,8 +379,20 @@ func (br *breaker) allow() (ticket, error) {
 // report hands the outcome of err to the breaker, remembering a failure's
 // message for the refusals that follow.
 func (br *breaker) report(t ticket, err error) {
+	o := br.classify(err)
+	if o == outcomeFailure {
+		br.mu.Lock()
+		br.lastErr = toError(err).Message()
+		br.mu.Unlock()
+	}
+	br.settle(t, o)
+}
+
+// settle hands outcome o of a call let through with t to gobreaker, unless
+// gobreaker's answer to it is known.
+func (br *breaker) settle(t ticket, o outcome) {
 	var result error // what gobreaker's done is given
-	switch br.classify(err) {
+	switch o {
 	case outcomeSuccess:
 		if t.done == nil && br.healthy.Load() {
 			return // gobreaker would count it and change nothing
@@ -390,9 +403,6 @@ func (br *breaker) report(t ticket, err error) {
 		}
 		result = errExcluded
 	default:
-		br.mu.Lock()
-		br.lastErr = toError(err).Message()
-		br.mu.Unlock()
 		result = errBreakerFailure
 	}
 

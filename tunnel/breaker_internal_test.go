@@ -108,3 +108,32 @@ func TestBreakerExcludedOutcomesCountNothing(t *testing.T) {
 		t.Fatalf("state %v: a cancelled call between failures reset the count; want open", got)
 	}
 }
+
+func TestBreakerRefusalByServiceIsNoSuccessForRedis(t *testing.T) {
+	br := testBreaker(t, time.Millisecond)
+	b := br.set
+	redisDown := notExecutedf(Unavailable, "connection refused")
+	for range DefaultBreakerFailureThreshold {
+		br.report(mustAllow(t, br), errNoServer)
+		b.redis.report(mustAllow(t, b.redis), redisDown)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for br.cb.State() != gobreaker.StateHalfOpen || b.redis.cb.State() != gobreaker.StateHalfOpen {
+		if time.Now().After(deadline) {
+			t.Fatal("breakers did not turn half-open after their cool-down")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	probe := mustAllow(t, br) // the service's one probe slot
+	// The Redis breaker lets this call through as its probe; the
+	// service's refuses it. Redis was not tried: its breaker must stay
+	// half-open, its probe slot free again.
+	if _, err := b.allow("svc", "svc/M", "rid"); err == nil {
+		t.Fatal("a half-open service breaker with its probe slot taken let a call through")
+	}
+	if got := b.redis.cb.State(); got != gobreaker.StateHalfOpen {
+		t.Fatalf("Redis breaker %v after a call the service's refused; want half-open (Redis was not tried)", got)
+	}
+	mustAllow(t, b.redis)
+	br.report(probe, nil)
+}
