@@ -52,8 +52,9 @@ func AppendRequest(dst []byte, env *Request) ([]byte, error) {
 	return w.appended()
 }
 
-// RequestCap is a capacity that holds env's encoding: its payload, sealed
-// part and header, and room for the other fields.
+// RequestCap is a capacity for env's encoding: its variable-length fields
+// and a kilobyte for the rest, which only a pathological envelope (say,
+// hundreds of retryable codes) outgrows; AppendRequest then grows dst.
 func RequestCap(env *Request) int { return requestBulk(env) + envelopeFields }
 
 // requestBulk is about what env's variable-length fields take.
@@ -150,9 +151,8 @@ func AppendResponse(dst []byte, env *Response) ([]byte, error) {
 	return w.appended()
 }
 
-// ResponseCap is a capacity that holds env's encoding: its payload,
-// sealed part, message, details and metadata, and room for the other
-// fields.
+// ResponseCap is a capacity for env's encoding: its variable-length
+// fields and a kilobyte for the rest (see RequestCap).
 func ResponseCap(env *Response) int { return responseBulk(env) + envelopeFields }
 
 // writeResponse writes env's fields.
