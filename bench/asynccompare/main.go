@@ -20,10 +20,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -72,18 +70,13 @@ func main() {
 		opts.Warmup = -1 // none; zero would mean the default
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Stdout, opts)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "asynccompare:", err)
-		os.Exit(1)
-	}
+	compare.RunMain("asynccompare", func(ctx context.Context) error {
+		return run(ctx, os.Stdout, opts)
+	})
 }
 
 func usageError(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "asynccompare: "+format+"\n", args...)
-	os.Exit(2)
+	compare.UsageError("asynccompare", format, args...)
 }
 
 func run(ctx context.Context, out io.Writer, opts compare.AsyncOptions) error {

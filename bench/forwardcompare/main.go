@@ -30,11 +30,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 
 	"google.golang.org/grpc"
 
@@ -78,21 +76,16 @@ func main() {
 	if *rprBin == "" {
 		*rprBin = os.Getenv("RPR_BIN")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, os.Stdout, os.Stderr, config{
-		requests: *requests, levels: conc, warmup: *warmup, size: *size, post: *post,
-		http: *withHTTP, grpc: *withGRPC, byCommand: *byCommand, rprBin: *rprBin, redisServer: *redisServer,
+	compare.RunMain("forwardcompare", func(ctx context.Context) error {
+		return run(ctx, os.Stdout, os.Stderr, config{
+			requests: *requests, levels: conc, warmup: *warmup, size: *size, post: *post,
+			http: *withHTTP, grpc: *withGRPC, byCommand: *byCommand, rprBin: *rprBin, redisServer: *redisServer,
+		})
 	})
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "forwardcompare:", err)
-		os.Exit(1)
-	}
 }
 
 func usageError(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "forwardcompare: "+format+"\n", args...)
-	os.Exit(2)
+	compare.UsageError("forwardcompare", format, args...)
 }
 
 type config struct {

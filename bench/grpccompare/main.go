@@ -20,11 +20,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"syscall"
 	"text/tabwriter"
 
 	"google.golang.org/grpc"
@@ -59,32 +57,28 @@ func main() {
 		usageError("unexpected argument %q: everything is a flag, e.g. -calls 5000", flag.Arg(0))
 	}
 
+	var profile *os.File
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
+		if profile, err = os.Create(*cpuProfile); err != nil {
 			usageError("-cpuprofile: %v", err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			usageError("-cpuprofile: %v", err)
+	}
+	compare.RunMain("grpccompare", func(ctx context.Context) error {
+		if profile != nil { // stopped before RunMain exits, even on failure
+			if err := pprof.StartCPUProfile(profile); err != nil {
+				return fmt.Errorf("-cpuprofile: %w", err)
+			}
+			defer func() {
+				pprof.StopCPUProfile()
+				_ = profile.Close()
+			}()
 		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, os.Stdout, os.Stderr, config{calls: *calls, levels: conc, payload: *payload, warmup: *warmup, redisServer: *redisServer})
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "grpccompare:", err)
-		pprof.StopCPUProfile()
-		os.Exit(1)
-	}
+		return run(ctx, os.Stdout, os.Stderr, config{calls: *calls, levels: conc, payload: *payload, warmup: *warmup, redisServer: *redisServer})
+	})
 }
 
 func usageError(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "grpccompare: "+format+"\n", args...)
-	os.Exit(2)
+	compare.UsageError("grpccompare", format, args...)
 }
 
 type config struct {

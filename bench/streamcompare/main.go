@@ -26,10 +26,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
-	"syscall"
 	"text/tabwriter"
 
 	"google.golang.org/grpc"
@@ -62,18 +60,13 @@ func main() {
 	case flag.NArg() > 0:
 		usageError("unexpected argument %q: everything is a flag, e.g. -messages 50000", flag.Arg(0))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, os.Stdout, os.Stderr, config{messages: *messages, streams: streams, rounds: *rounds, size: *size, redisServer: *redisServer})
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "streamcompare:", err)
-		os.Exit(1)
-	}
+	compare.RunMain("streamcompare", func(ctx context.Context) error {
+		return run(ctx, os.Stdout, os.Stderr, config{messages: *messages, streams: streams, rounds: *rounds, size: *size, redisServer: *redisServer})
+	})
 }
 
 func usageError(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "streamcompare: "+format+"\n", args...)
-	os.Exit(2)
+	compare.UsageError("streamcompare", format, args...)
 }
 
 type config struct {

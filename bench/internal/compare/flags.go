@@ -1,11 +1,35 @@
 package compare
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
+
+// RunMain runs the body of the bench program name with a context that
+// SIGINT and SIGTERM cancel, and exits 1 printing "name: err" when it
+// fails: how every comparison program ends.
+func RunMain(name string, body func(ctx context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := body(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// UsageError prints "name: " and the message on stderr and exits 2, the
+// bench programs' status for a bad flag or argument.
+func UsageError(name, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, name+": "+format+"\n", args...)
+	os.Exit(2)
+}
 
 // ParseLevels reads a comma-separated list of positive numbers, such as
 // the concurrency levels of a comparison ("1,16,128").
