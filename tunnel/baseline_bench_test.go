@@ -75,12 +75,12 @@ func (EchoRPC) Echo(in string, out *string) error {
 // When sent is set, it reports what the code under test sent per call:
 // cmds/call (a script call counts once) and roundtrips/call (a pipeline
 // counts once).
-func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sample, sent *commandCounter) {
+func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sample, sent *redisinfo.Sent) {
 	runConcurrentAt(b, []int{1, 16, 128}, call, redis, sent)
 }
 
 // runConcurrentAt is runConcurrent at the given concurrencies.
-func runConcurrentAt(b *testing.B, levels []int, call func() error, redis func() redisinfo.Sample, sent *commandCounter) {
+func runConcurrentAt(b *testing.B, levels []int, call func() error, redis func() redisinfo.Sample, sent *redisinfo.Sent) {
 	for _, concurrency := range levels {
 		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
 			latencies := make([]time.Duration, b.N)
@@ -96,7 +96,7 @@ func runConcurrentAt(b *testing.B, levels []int, call func() error, redis func()
 			}
 			cpuBefore := processCPU(b)
 			if sent != nil {
-				sentBefore, tripsBefore = sent.commands.Load(), sent.roundTrips.Load()
+				sentBefore, tripsBefore = sent.Commands(), sent.RoundTrips()
 			}
 			b.ResetTimer()
 			start := time.Now()
@@ -121,8 +121,8 @@ func runConcurrentAt(b *testing.B, levels []int, call func() error, redis func()
 			b.StopTimer()
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/call")
 			if sent != nil {
-				b.ReportMetric(float64(sent.commands.Load()-sentBefore)/float64(b.N), "cmds/call")
-				b.ReportMetric(float64(sent.roundTrips.Load()-tripsBefore)/float64(b.N), "roundtrips/call")
+				b.ReportMetric(float64(sent.Commands()-sentBefore)/float64(b.N), "cmds/call")
+				b.ReportMetric(float64(sent.RoundTrips()-tripsBefore)/float64(b.N), "roundtrips/call")
 			}
 			if redis != nil {
 				used := redis().Sub(before)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -53,7 +54,7 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 			return nil, nil
 		},
 	}}}
-	sent := &commandCounter{} // what the server and the client send
+	sent := &redisinfo.Sent{} // what the server and the client send
 	serverRDB, clientRDB := rs.Client(b), rs.Client(b)
 	serverRDB.AddHook(sent)
 	clientRDB.AddHook(sent)
@@ -80,7 +81,7 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	in := wrapperspb.String("hello, edge")
 	latencies := make([][]time.Duration, workers)
 	before := redisSample(b, rdb)
-	roundTrips := sent.roundTrips.Load()
+	roundTrips := sent.RoundTrips()
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -107,7 +108,7 @@ func BenchmarkAsyncEndToEnd(b *testing.B) {
 	b.StopTimer()
 	used := redisSample(b, rdb).Sub(before)
 	commands := used.Commands
-	roundTrips = sent.roundTrips.Load() - roundTrips
+	roundTrips = sent.RoundTrips() - roundTrips
 
 	// The floor: a plain pipelined XADD loop, same count, same Redis.
 	xaddStart := time.Now()

@@ -29,7 +29,7 @@ func BenchmarkIdleServices(b *testing.B) {
 		b.Run(map[int]string{0: "alone", 2: "with-2-idle-services"}[idle], func(b *testing.B) {
 			rs := redistest.Start(b)
 			rdb := rs.Client(b)
-			sent := &commandCounter{}
+			sent := &redisinfo.Sent{}
 			rdb.AddHook(sent)
 			quiet := slog.New(slog.DiscardHandler)
 			startServer(b, rdb, tunnel.ServerOptions{Concurrency: 64, Logger: quiet}, func(s *tunnel.Server) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +35,7 @@ import (
 func BenchmarkUnaryEcho(b *testing.B) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
-	sent := &commandCounter{}
+	sent := &redisinfo.Sent{}
 	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
 	startEchoServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
@@ -79,30 +78,6 @@ func waitAnswered(tb testing.TB, client *tunnel.Client, m *tunnel.MethodDesc) {
 	waitFor(tb, "a call of "+m.FullMethod()+" to succeed", func() bool {
 		return client.Invoke(context.Background(), m, wrapperspb.String("warm"), new(wrapperspb.StringValue)) == nil
 	})
-}
-
-// commandCounter is a go-redis hook counting what rpr sends: commands
-// (a script call counts once) and round trips (a pipeline counts once).
-type commandCounter struct {
-	commands, roundTrips atomic.Int64
-}
-
-func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.commands.Add(1)
-		c.roundTrips.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.commands.Add(int64(len(cmds)))
-		c.roundTrips.Add(1)
-		return next(ctx, cmds)
-	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -39,7 +39,7 @@ func BenchmarkTrust(b *testing.B) {
 			b.Run(mode.name+"/"+name, func(b *testing.B) {
 				rs := redistest.Start(b)
 				rdb := rs.Client(b)
-				sent := &commandCounter{}
+				sent := &redisinfo.Sent{}
 				rdb.AddHook(sent)
 				quiet := slog.New(slog.DiscardHandler)
 				opts := tunnel.ServerOptions{Concurrency: 256, Logger: quiet}

@@ -15,6 +15,7 @@ import (
 	"github.com/rprtunnel/rpr/examples/greeter/greeter"
 	greeterv1 "github.com/rprtunnel/rpr/gen/examples/greeter/v1"
 	ordersv1 "github.com/rprtunnel/rpr/gen/examples/orders/v1"
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -203,7 +204,7 @@ func runBench(ctx context.Context, in io.Reader, out, errOut io.Writer, o benchO
 		return err
 	}
 	defer r.probe.Close()
-	r.polls = &benchCommandCounter{}
+	r.polls = &redisinfo.Sent{}
 	r.probe.AddHook(r.polls)
 
 	// The server, unless one is already running somewhere.

@@ -10,7 +10,6 @@ import (
 	"math/bits"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,29 +59,6 @@ func benchSampleRedis(ctx context.Context, rdb redis.UniversalClient, embedded b
 		return total, err
 	}
 	return benchRedisFigures{}, fmt.Errorf("cannot read INFO through a %T", rdb)
-}
-
-// benchCommandCounter is a go-redis hook counting the commands a
-// connection sends (each command of a pipeline counts), so bench can take
-// its own queue polls out of Redis's command count.
-type benchCommandCounter struct{ commands atomic.Int64 }
-
-func (c *benchCommandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *benchCommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "info" {
-			c.commands.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (c *benchCommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.commands.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 // benchHistogram is a log-linear latency histogram: each power of two of

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rprtunnel/rpr/admin"
 	ordersv1 "github.com/rprtunnel/rpr/gen/examples/orders/v1"
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -24,7 +25,7 @@ type benchRun struct {
 	o        benchOptions
 	embedded bool
 	probe    redis.UniversalClient // INFO samples and queue polls
-	polls    *benchCommandCounter  // commands probe sent to poll the queue
+	polls    *redisinfo.Sent       // commands probe sent to poll the queue
 	queue    *admin.Service        // the service, on probe, for --no-server queue polls
 	service  string
 	method   string
@@ -98,7 +99,7 @@ func (r *benchRun) measure(ctx context.Context) (*benchSummary, error) {
 	}
 
 	before, beforeErr := benchSampleRedis(ctx, r.probe, r.embedded)
-	pollsBefore := r.polls.commands.Load()
+	pollsBefore := r.polls.Commands()
 	cpuBefore := benchProcessCPU()
 	var memBefore runtime.MemStats
 	runtime.ReadMemStats(&memBefore)
@@ -131,7 +132,7 @@ func (r *benchRun) measure(ctx context.Context) (*benchSummary, error) {
 	var memAfter runtime.MemStats
 	runtime.ReadMemStats(&memAfter)
 	cpuAfter := benchProcessCPU()
-	pollCommands := r.polls.commands.Load() - pollsBefore
+	pollCommands := r.polls.Commands() - pollsBefore
 	after, afterErr := benchSampleRedis(context.WithoutCancel(ctx), r.probe, r.embedded)
 
 	sum.Seconds = res.elapsed.Seconds()

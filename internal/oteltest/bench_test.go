@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -75,10 +74,10 @@ func BenchmarkTracingNoop(b *testing.B) {
 // echoClient starts a server of the echo service's Echo method on a real
 // redis-server and returns a client of it, both with the given providers,
 // once a call has gone through.
-func echoClient(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvider) (*tunnel.Client, redis.UniversalClient, *commandCounter) {
+func echoClient(b *testing.B, tp trace.TracerProvider, mp metric.MeterProvider) (*tunnel.Client, redis.UniversalClient, *redisinfo.Sent) {
 	rs := redistest.Start(b)
 	rdb := rs.Client(b)
-	sent := &commandCounter{}
+	sent := &redisinfo.Sent{}
 	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
 	startServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet, TracerProvider: tp, MeterProvider: mp}, func(s *tunnel.Server) {
@@ -123,7 +122,7 @@ func benchmarkSerialEcho(b *testing.B, tp trace.TracerProvider, mp metric.MeterP
 // under test sent per call (from sent): cmds/call (a script call counts
 // once) and roundtrips/call (a pipeline counts once). The figures are
 // those of tunnel's benchmarks, so the two modules' runs compare.
-func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sample, sent *commandCounter) {
+func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sample, sent *redisinfo.Sent) {
 	for _, concurrency := range []int{1, 16, 128} {
 		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
 			latencies := make([]time.Duration, b.N)
@@ -134,7 +133,7 @@ func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sampl
 			close(next)
 			before := redis()
 			cpuBefore := processCPU(b)
-			sentBefore, tripsBefore := sent.commands.Load(), sent.roundTrips.Load()
+			sentBefore, tripsBefore := sent.Commands(), sent.RoundTrips()
 			b.ResetTimer()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -156,8 +155,8 @@ func runConcurrent(b *testing.B, call func() error, redis func() redisinfo.Sampl
 			b.StopTimer()
 			used := redis().Sub(before)
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/call")
-			b.ReportMetric(float64(sent.commands.Load()-sentBefore)/float64(b.N), "cmds/call")
-			b.ReportMetric(float64(sent.roundTrips.Load()-tripsBefore)/float64(b.N), "roundtrips/call")
+			b.ReportMetric(float64(sent.Commands()-sentBefore)/float64(b.N), "cmds/call")
+			b.ReportMetric(float64(sent.RoundTrips()-tripsBefore)/float64(b.N), "roundtrips/call")
 			b.ReportMetric(float64(used.Commands)/float64(b.N), "redis-ops/call")
 			b.ReportMetric(float64(used.CPU.Microseconds())/float64(b.N), "redis-cpu-µs/call")
 			slices.Sort(latencies)
@@ -187,28 +186,4 @@ func redisSample(b *testing.B, rdb redis.UniversalClient) redisinfo.Sample {
 		b.Fatal(err)
 	}
 	return s
-}
-
-// commandCounter is a go-redis hook counting what rpr sends: commands
-// (a script call counts once) and round trips (a pipeline counts once).
-type commandCounter struct {
-	commands, roundTrips atomic.Int64
-}
-
-func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.commands.Add(1)
-		c.roundTrips.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.commands.Add(int64(len(cmds)))
-		c.roundTrips.Add(1)
-		return next(ctx, cmds)
-	}
 }

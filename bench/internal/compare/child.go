@@ -19,12 +19,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -62,7 +60,7 @@ func runChild(mode string) error {
 	defer stop()
 	kind, arg, _ := strings.Cut(mode, " ")
 	served := make(chan error, 1)
-	sent := &sentCounter{}
+	sent := &redisinfo.Sent{}
 	var addr string
 	switch kind {
 	case "rpr":
@@ -108,7 +106,7 @@ func runChild(mode string) error {
 			}
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
-			fmt.Printf("stats %d %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()), sent.n.Load())
+			fmt.Printf("stats %d %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()), sent.Commands())
 		}
 	}()
 	select {
@@ -136,26 +134,6 @@ type ChildStats struct {
 	// Sent counts the commands an rpr child sent to Redis (a script run
 	// is one, whatever it runs inside), 0 for gRPC.
 	Sent uint64
-}
-
-// sentCounter is a go-redis hook counting the commands a client sends,
-// pipelined ones included.
-type sentCounter struct{ n atomic.Uint64 }
-
-func (c *sentCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(uint64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 // Child is a server child this process started (StartChild).
