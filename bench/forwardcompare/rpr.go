@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rprtunnel/rpr/bench/internal/compare"
@@ -129,13 +128,7 @@ func (p *proc) stop() {
 	if !p.alive() {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
+	compare.Terminate(p.cmd.Process, p.exited, 15*time.Second)
 }
 
 // logTail is the end of p's output, for error messages.

@@ -254,13 +254,7 @@ func (c *Child) Stop() {
 	c.stop.Do(func() {
 		close(c.done) // the reader drops further lines and reads on to EOF
 		c.stdin.Close()
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.exited:
-		case <-time.After(10 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-		}
+		Terminate(c.cmd.Process, c.exited, 10*time.Second)
 	})
 }
 

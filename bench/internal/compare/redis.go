@@ -100,18 +100,27 @@ func (s *RedisServer) URL() string { return "redis://" + s.addr + "/0" }
 // Stop ends the process this program started, through its own handle
 // (SIGTERM, SIGKILL after 5s), reaps it and removes its directory.
 func (s *RedisServer) Stop() {
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(5 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
-		}
-	}
+	Terminate(s.cmd.Process, s.exited, 5*time.Second)
 	os.RemoveAll(s.dir)
+}
+
+// Terminate ends a process this program started, through its own handle:
+// SIGTERM, then SIGKILL if it has not exited after grace. exited is closed
+// once the process has been reaped; Terminate returns after that, and at
+// once when it already is.
+func Terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
+	}
 }
 
 func freePort() (int, error) {
