@@ -112,26 +112,37 @@ func (b *batcher) flush(batch []*pipelineOp) {
 	}
 }
 
+// fieldXAdd is the arguments of an XADD of a single field, kept in the op
+// that waits in a batcher so that queueing it allocates nothing more.
+type fieldXAdd struct {
+	args   redis.XAddArgs
+	values [2]any // args.Values
+}
+
+// set makes the XADD add field=value to stream.
+func (x *fieldXAdd) set(stream, field string, value []byte) {
+	x.values = [2]any{field, value}
+	x.args = redis.XAddArgs{Stream: stream, Values: x.values[:]}
+}
+
+func (x *fieldXAdd) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
+	return c.XAdd(ctx, &x.args)
+}
+
 // xaddOp is one XADD of a single field, waiting in a batcher; done
 // receives the entry's id, or the error.
 type xaddOp struct {
 	pipelineOp
-	args   redis.XAddArgs
-	values [2]any
-	done   func(entryID string, err error)
+	fieldXAdd
+	done func(entryID string, err error)
 }
 
 // newXAddOp returns the op that adds field=value to stream.
 func newXAddOp(stream, field string, value []byte, done func(entryID string, err error)) *xaddOp {
 	op := &xaddOp{done: done}
-	op.values = [2]any{field, value}
-	op.args = redis.XAddArgs{Stream: stream, Values: op.values[:]}
+	op.set(stream, field, value)
 	op.command = op
 	return op
-}
-
-func (op *xaddOp) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
-	return c.XAdd(ctx, &op.args)
 }
 
 func (op *xaddOp) finished(cmd redis.Cmder) {

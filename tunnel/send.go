@@ -19,10 +19,9 @@ import (
 // sendOp is a unary request's XADD, waiting in the client's writer.
 type sendOp struct {
 	pipelineOp
+	fieldXAdd
 	svc     *clientService
 	call    *outgoingCall
-	args    redis.XAddArgs
-	values  [2]any // args.Values
 	entryID string // the request's entry; set before sent closes
 	sent    chan struct{}
 	// envelope is the request's, from pool: finished gives it back, or
@@ -31,19 +30,14 @@ type sendOp struct {
 	pool     *bufpool.Pool
 }
 
-// newSendOp returns the op that adds raw to stream. Its caller learns of
+// newSendOp returns the op that adds envelope to stream. Its caller learns of
 // success only when it asks (awaitEntryID), and of failure through the
 // call's response channel: a call's one wake-up is its outcome.
 func newSendOp(svc *clientService, call *outgoingCall, stream string, envelope *[]byte, pool *bufpool.Pool) *sendOp {
 	op := &sendOp{svc: svc, call: call, sent: make(chan struct{}), envelope: envelope, pool: pool}
-	op.values = [2]any{wire.Field, *envelope}
-	op.args = redis.XAddArgs{Stream: stream, Values: op.values[:]}
+	op.set(stream, wire.Field, *envelope)
 	op.command = op
 	return op
-}
-
-func (op *sendOp) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
-	return c.XAdd(ctx, &op.args)
 }
 
 func (op *sendOp) finished(cmd redis.Cmder) {
