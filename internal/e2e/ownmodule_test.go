@@ -130,9 +130,33 @@ type ownModule struct {
 
 // run runs name args in the module and returns its combined output; it
 // fails the test on error.
+//
+// A go command runs offline. The user's module resolves a graph of its
+// own, and go.mod files that the tools' builds never read (those of
+// modules a dependency requires without pruning, like go.lsp.dev/uri's
+// github.com/google/go-cmp v0.4.0) may be missing from a fresh module
+// cache: each one the command names is then downloaded with the module
+// proxy of this process's environment, as a user's `go get` would fetch
+// it, and the command runs again.
 func (m *ownModule) run(name string, args ...string) string {
 	m.t.Helper()
 	out, err := m.try(name, args...)
+	for range 20 {
+		missing := missingModule(out)
+		if err == nil || name != goTool() || missing == "" {
+			break
+		}
+		m.t.Logf("%s %s: the module cache lacks %s; downloading it", name, strings.Join(args, " "), missing)
+		offline := m.env
+		m.env = onlineEnv(offline)
+		fetched, ferr := m.try(goTool(), "mod", "download", missing)
+		m.env = offline
+		if ferr != nil {
+			m.t.Fatalf("%s %s (in %s) needs %s, which the module cache lacks, and go mod download failed: %v\n%s\n%s",
+				name, strings.Join(args, " "), m.dir, missing, ferr, out, fetched)
+		}
+		out, err = m.try(name, args...)
+	}
 	if err != nil {
 		m.t.Fatalf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), m.dir, err, out)
 	}
