@@ -55,9 +55,10 @@ type clientService struct {
 type responseStream struct {
 	key      string
 	lastRead atomic.Value // string: id of the last response read
-	// trimmed is the id the stream was last trimmed to; only the
-	// service's refresh loop uses it.
-	trimmed string
+	// trimmed (a string) is the id the stream was last trimmed to. The
+	// refresh loop and a caller's refresh (Client.anyLiveWorker) may run at
+	// once; the worst either does with the other's value is one more trim.
+	trimmed atomic.Value
 }
 
 // queueKeys name the request stream and retry set of one lane in one shard.
@@ -259,7 +260,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	trimTo := make([]string, len(streams))
 	for i, rs := range streams {
 		expires[i] = pipe.PExpire(ctx, rs.key, responseStreamTTL)
-		if last, _ := rs.lastRead.Load().(string); last != "" && last != rs.trimmed {
+		if last, _ := rs.lastRead.Load().(string); last != "" && last != rs.trimmed.Load() {
 			trims[i], trimTo[i] = pipe.XTrimMinID(ctx, rs.key, last), last // only when more was read: an idle client sends none
 		}
 	}
@@ -295,7 +296,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	}
 	for i, rs := range streams {
 		if trims[i] != nil && trims[i].Err() == nil {
-			rs.trimmed = trimTo[i]
+			rs.trimmed.Store(trimTo[i])
 		}
 		if expires[i].Err() == nil && !expires[i].Val() {
 			if err := c.createResponseStream(ctx, rs); err != nil {
