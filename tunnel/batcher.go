@@ -26,10 +26,19 @@ type pipelineOp struct {
 type pipelineCommand interface {
 	// queue sends the command through c: a pipeline, or the client
 	// itself when the op is alone.
-	queue(ctx context.Context, c redis.Cmdable) redis.Cmder
+	queue(ctx context.Context, c commandSink) redis.Cmder
 	// finished receives the finished command. It runs on the flushing
 	// goroutine, so it must not block.
 	finished(cmd redis.Cmder)
+}
+
+// commandSink is what an op's command is queued on: a pipeline
+// (redis.Pipeliner), or the client itself (redis.UniversalClient) when
+// the op is alone. Both run a command built by hand (Process) as well as
+// through their typed methods.
+type commandSink interface {
+	redis.Cmdable
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 const (
@@ -57,7 +66,7 @@ type scriptCommand struct {
 	done func(error)
 }
 
-func (s scriptCommand) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
+func (s scriptCommand) queue(ctx context.Context, c commandSink) redis.Cmder {
 	return s.call.Queue(ctx, c)
 }
 
@@ -113,20 +122,27 @@ func (b *batcher) flush(batch []*pipelineOp) {
 }
 
 // fieldXAdd is the arguments of an XADD of a single field, kept in the op
-// that waits in a batcher so that queueing it allocates nothing more.
+// that sends it. They are the command's own argument list rather than a
+// redis.XAddArgs, which go-redis would copy into a new list (and whose
+// Values would be boxed again) on every send.
 type fieldXAdd struct {
-	args   redis.XAddArgs
-	values [2]any // args.Values
+	argv [5]any // XADD stream * field value
 }
 
-// set makes the XADD add field=value to stream.
-func (x *fieldXAdd) set(stream, field string, value []byte) {
-	x.values = [2]any{field, value}
-	x.args = redis.XAddArgs{Stream: stream, Values: x.values[:]}
+// set makes the XADD add field=value to stream, a string (a name boxed
+// once and kept, as clientService.requestStreamArg gives, costs no
+// allocation here).
+func (x *fieldXAdd) set(stream any, field string, value []byte) {
+	x.argv = [5]any{"xadd", stream, "*", field, value}
 }
 
-func (x *fieldXAdd) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
-	return c.XAdd(ctx, &x.args)
+// dropValue forgets the value, whose memory its owner is about to reuse.
+func (x *fieldXAdd) dropValue() { x.argv[4] = nil }
+
+func (x *fieldXAdd) queue(ctx context.Context, c commandSink) redis.Cmder {
+	cmd := redis.NewStringCmd(ctx, x.argv[:]...)
+	_ = c.Process(ctx, cmd) // the error is cmd's
+	return cmd
 }
 
 // xaddOp is one XADD of a single field, waiting in a batcher; done

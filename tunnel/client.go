@@ -233,7 +233,7 @@ func (s *callStart) end(err error) {
 // takeSlot waits for one of the client's in-flight slots for the call;
 // c.slots.release gives it back.
 func (c *Client) takeSlot(ctx context.Context, s *callStart) error {
-	return c.slots.acquire(ctx, s.full, s.rid, c.metrics.attrs.get(s.full, OK, false))
+	return c.slots.acquire(ctx, s.full, s.rid, c.metrics.attrs.lookup(s.full, OK, false).record)
 }
 
 // unaryCall is a unary call's start and what its attempts share, in one
@@ -383,9 +383,9 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		return notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
 	}
 
-	wait := svc.expect(rid)
+	send := newSendOp(svc, call, svc.requestStreamArg(c.keys, call.shard, call.lane), envelope, &c.buffers)
+	svc.expect(rid, &send.outcome)
 	defer svc.forget(rid)
-	send := newSendOp(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers)
 	err = c.writer.submit(ctx, &send.pipelineOp)
 	if err != nil {
 		send.releaseEnvelope() // never queued
@@ -400,7 +400,8 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	// One wake-up per call: the response, a failed send (delivered through
 	// wait too), or the end of the context.
 	select {
-	case res := <-wait:
+	case <-send.outcome.done:
+		res := send.outcome.res
 		if res.err != nil {
 			return res.err
 		}

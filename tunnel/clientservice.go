@@ -44,7 +44,7 @@ type clientService struct {
 
 	// waiting holds the unary calls waiting for their response, by
 	// request id.
-	waiting idMap[chan callResult]
+	waiting idMap[*callWaiter]
 
 	mu      sync.Mutex
 	streams map[string]*clientStream // open streaming calls, by request id
@@ -62,7 +62,10 @@ type responseStream struct {
 }
 
 // queueKeys name the request stream and retry set of one lane in one shard.
-type queueKeys struct{ requests, retries string }
+type queueKeys struct {
+	requests, retries string
+	requestsArg       any // requests, boxed once (the default lane's only)
+}
 
 // queueKeys names the queue of lane in shard. The default lane's names,
 // which nearly every call needs, are made once.
@@ -76,6 +79,7 @@ func (s *clientService) queueKeys(keys store.Keyspace, shard int, lane string) *
 	}
 	sk := keys.Shard(s.name, shard)
 	q := &queueKeys{requests: sk.Requests(DefaultLane), retries: sk.Retries(DefaultLane)}
+	q.requestsArg = q.requests
 	s.defaultQueues[shard].Store(q)
 	return q
 }
@@ -86,6 +90,15 @@ func (s *clientService) requestStream(keys store.Keyspace, shard int, lane strin
 		return keys.Shard(s.name, shard).Requests(lane)
 	}
 	return s.queueKeys(keys, shard, lane).requests
+}
+
+// requestStreamArg is requestStream as a command argument: the default
+// lane's name is boxed once, so that a call's XADD does not box it again.
+func (s *clientService) requestStreamArg(keys store.Keyspace, shard int, lane string) any {
+	if lane != DefaultLane && lane != "" {
+		return keys.Shard(s.name, shard).Requests(lane)
+	}
+	return s.queueKeys(keys, shard, lane).requestsArg
 }
 
 // liveWorkers returns how many workers serve lane (all lanes for "").
@@ -396,21 +409,31 @@ func (s *clientService) checkStreamWorkers(hash map[string]string, nowMs int64) 
 	}
 }
 
-// expect registers a call waiting for the response to id.
-func (s *clientService) expect(id string) <-chan callResult {
-	ch := make(chan callResult, 1)
-	s.waiting.put(id, ch)
-	return ch
+// callWaiter is where a waiting unary call's outcome arrives, once: its
+// response, or the error that ended it.
+type callWaiter struct {
+	done chan struct{} // closed once res is set
+	res  callResult
 }
+
+// deliver sets w's outcome and wakes its call. Only the one who took w
+// from clientService.waiting calls it.
+func (w *callWaiter) deliver(res callResult) {
+	w.res = res
+	close(w.done)
+}
+
+// expect registers w as the call waiting for the response to id.
+func (s *clientService) expect(id string, w *callWaiter) { s.waiting.put(id, w) }
 
 // forget drops a waiting call.
 func (s *clientService) forget(id string) { s.waiting.remove(id) }
 
 // complete hands res to the call waiting for id; false if none waits.
 func (s *clientService) complete(id string, res callResult) bool {
-	ch, ok := s.waiting.take(id)
+	w, ok := s.waiting.take(id)
 	if ok {
-		ch <- res // buffered, and only one result per id
+		w.deliver(res) // taken: no one else delivers to it
 	}
 	return ok
 }
@@ -422,8 +445,8 @@ func (s *clientService) failAll(err error) {
 	streams := s.streams
 	s.streams = nil
 	s.mu.Unlock()
-	for _, ch := range waiting {
-		ch <- callResult{err: err}
+	for _, w := range waiting {
+		w.deliver(callResult{err: err})
 	}
 	for _, cs := range streams {
 		cs.fail(err, true)

@@ -19,9 +19,10 @@ type completion struct {
 	req   *received
 	kind  completionKind
 	store.Completion
-	// result receives the verdict (store.Written, store.CallerGone or
-	// store.Fenced) or an error.
-	result chan completionResult
+	// result is the verdict (store.Written, store.CallerGone or
+	// store.Fenced) or an error, set before written closes.
+	result  completionResult
+	written chan struct{}
 }
 
 // completionKind says which script writes a completion.
@@ -68,11 +69,12 @@ func newCompleter(s *Server, queueSize int, observe func(size int, full bool)) *
 
 // complete queues one completion and waits for its result.
 func (c *completer) complete(comp *completion) completionResult {
-	comp.result = make(chan completionResult, 1)
+	comp.written = make(chan struct{})
 	if err := c.submit(context.Background(), comp); err != nil {
 		return completionResult{err: err}
 	}
-	return <-comp.result
+	<-comp.written
+	return comp.result
 }
 
 // completionGroup is the completions of one queue and kind, written by one
@@ -134,10 +136,11 @@ func (c *completer) flush(batch []*completion) {
 		results, err := g.result()
 		for i, comp := range g.items {
 			if err != nil {
-				comp.result <- completionResult{err: err}
+				comp.result = completionResult{err: err}
 			} else {
-				comp.result <- completionResult{n: results[i]}
+				comp.result = completionResult{n: results[i]}
 			}
+			close(comp.written)
 		}
 	}
 }

@@ -23,20 +23,20 @@ func newInFlightSlots(n int, wait metric.Float64Histogram) *inFlightSlots {
 
 // acquire takes a slot for call rid of method full, waiting while ctx
 // allows; release gives it back.
-func (s *inFlightSlots) acquire(ctx context.Context, full, rid string, attrs metric.MeasurementOption) error {
+func (s *inFlightSlots) acquire(ctx context.Context, full, rid string, attrs []metric.RecordOption) error {
 	select {
 	case s.sem <- struct{}{}:
-		s.wait.Record(ctx, 0, attrs)
+		s.wait.Record(ctx, 0, attrs...) // a list made once: no allocation per call
 		return nil
 	default:
 	}
 	began := time.Now()
 	select {
 	case s.sem <- struct{}{}:
-		s.wait.Record(ctx, time.Since(began).Seconds(), attrs)
+		s.wait.Record(ctx, time.Since(began).Seconds(), attrs...)
 		return nil
 	case <-ctx.Done():
-		s.wait.Record(ctx, time.Since(began).Seconds(), attrs)
+		s.wait.Record(ctx, time.Since(began).Seconds(), attrs...)
 		return notExecutedf(contextCode(ctx), "%s [%s]: %v while waiting %v for one of this client's %d in-flight slots; nothing was sent (raise ClientOptions.MaxInFlight, or find why calls take long: rpr stats)",
 			full, rid, ctx.Err(), time.Since(began).Round(time.Millisecond), cap(s.sem))
 	}

@@ -56,14 +56,8 @@ type attributeKey struct {
 // measurementAttrs is one attribute set in the forms instruments take,
 // the option lists made once so that a measurement does not allocate them.
 type measurementAttrs struct {
-	option metric.MeasurementOption
 	add    []metric.AddOption
 	record []metric.RecordOption
-}
-
-// get returns the set of method, with code when coded.
-func (a *attributeSets) get(method string, code Code, coded bool) metric.MeasurementOption {
-	return a.lookup(method, code, coded).option
 }
 
 // lookup returns the set of method, with code when coded, as option lists.
@@ -78,7 +72,7 @@ func newMeasurementAttrs(key attributeKey) measurementAttrs {
 		attrs = append(attrs, attrStatusCode.Int(int(key.code)))
 	}
 	option := metric.WithAttributeSet(attribute.NewSet(attrs...))
-	return measurementAttrs{option: option, add: []metric.AddOption{option}, record: []metric.RecordOption{option}}
+	return measurementAttrs{add: []metric.AddOption{option}, record: []metric.RecordOption{option}}
 }
 
 // boundedCache memoizes values by key, up to maxCacheEntries of them.
@@ -185,16 +179,16 @@ var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
 // batchObserver returns the func that records the size of one kind of
 // batch, for coalescer.observe.
 func (m callMetrics) batchObserver(kind string) func(size int, full bool) {
-	attrs := map[bool]metric.MeasurementOption{}
+	attrs := map[bool][]metric.RecordOption{} // lists made once: a record allocates none
 	for _, full := range []bool{false, true} {
 		cause := "drained"
 		if full {
 			cause = "full"
 		}
-		attrs[full] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", kind), attribute.String("cause", cause)))
+		attrs[full] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", kind), attribute.String("cause", cause)))}
 	}
 	return func(size int, full bool) {
-		m.batchSize.Record(context.Background(), int64(size), attrs[full])
+		m.batchSize.Record(context.Background(), int64(size), attrs[full]...)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,36 +17,52 @@ import (
 // Sending a unary request (its XADD, batched in the client's writer) and
 // giving up on it when the caller's context ends first (the arbiter).
 
-// sendOp is a unary request's XADD, waiting in the client's writer.
+// sendOp is a unary request's XADD, waiting in the client's writer, and
+// where the call's outcome arrives.
 type sendOp struct {
 	pipelineOp
 	fieldXAdd
-	svc     *clientService
-	call    *outgoingCall
-	entryID string // the request's entry; set before sent closes
-	sent    chan struct{}
+	svc  *clientService
+	call *outgoingCall
+	// outcome receives the call's one wake-up: its response, or the
+	// failure of its send (clientService.complete delivers both).
+	outcome callWaiter
+	// mu guards what finished records for a caller that gave up and asks
+	// (awaitEntryID): nearly every call never asks, so its channel is made
+	// only then.
+	mu      sync.Mutex
+	entryID string        // the request's entry, once the XADD returned
+	sent    bool          // the XADD has returned
+	sentCh  chan struct{} // made by awaitEntryID, closed by finished
 	// envelope is the request's, from pool: finished gives it back, or
 	// the caller when it withdraws the op before it is taken.
 	envelope *[]byte
 	pool     *bufpool.Pool
 }
 
-// newSendOp returns the op that adds envelope to stream. Its caller learns of
-// success only when it asks (awaitEntryID), and of failure through the
-// call's response channel: a call's one wake-up is its outcome.
-func newSendOp(svc *clientService, call *outgoingCall, stream string, envelope *[]byte, pool *bufpool.Pool) *sendOp {
-	op := &sendOp{svc: svc, call: call, sent: make(chan struct{}), envelope: envelope, pool: pool}
+// newSendOp returns the op that adds envelope to stream (a string, or a
+// name boxed once: clientService.requestStreamArg). Its caller learns of
+// success only when it asks (awaitEntryID), and of failure through
+// outcome: a call's one wake-up is its outcome.
+func newSendOp(svc *clientService, call *outgoingCall, stream any, envelope *[]byte, pool *bufpool.Pool) *sendOp {
+	op := &sendOp{svc: svc, call: call, envelope: envelope, pool: pool}
+	op.outcome.done = make(chan struct{})
 	op.set(stream, wire.Field, *envelope)
 	op.command = op
 	return op
 }
 
 func (op *sendOp) finished(cmd redis.Cmder) {
+	op.releaseEnvelope() // the XADD has returned: nothing reads it again
+	op.mu.Lock()
 	if xadd, ok := cmd.(*redis.StringCmd); ok {
 		op.entryID = xadd.Val()
 	}
-	op.releaseEnvelope() // the XADD has returned: nothing reads it again
-	close(op.sent)
+	op.sent = true
+	if op.sentCh != nil {
+		close(op.sentCh)
+	}
+	op.mu.Unlock()
 	if err := cmd.Err(); err != nil {
 		if neverRan(err) { // Redis refused it, or was never reached
 			op.svc.complete(op.call.id, callResult{err: notExecutedf(Unavailable,
@@ -63,7 +80,7 @@ func (op *sendOp) finished(cmd redis.Cmder) {
 // whoever settles the op (finished, or the caller whose abandon
 // succeeded) calls it.
 func (op *sendOp) releaseEnvelope() {
-	op.values[1] = nil
+	op.dropValue()
 	op.pool.Put(op.envelope)
 	op.envelope = nil
 }
@@ -71,8 +88,20 @@ func (op *sendOp) releaseEnvelope() {
 // awaitEntryID waits up to budget for the send's reply and returns the
 // request's entry id, "" when it is not known.
 func (op *sendOp) awaitEntryID(budget time.Duration) string {
+	op.mu.Lock()
+	if op.sent {
+		defer op.mu.Unlock()
+		return op.entryID
+	}
+	if op.sentCh == nil {
+		op.sentCh = make(chan struct{})
+	}
+	sent := op.sentCh
+	op.mu.Unlock()
 	select {
-	case <-op.sent:
+	case <-sent:
+		op.mu.Lock()
+		defer op.mu.Unlock()
 		return op.entryID
 	case <-time.After(budget):
 		return ""

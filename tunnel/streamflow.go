@@ -445,7 +445,7 @@ type sendFramesOp struct {
 	call   *store.SendFrames
 }
 
-func (op *sendFramesOp) queue(ctx context.Context, c redis.Cmdable) redis.Cmder {
+func (op *sendFramesOp) queue(ctx context.Context, c commandSink) redis.Cmder {
 	return op.call.Queue(ctx, c)
 }
 
