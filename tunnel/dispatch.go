@@ -57,14 +57,21 @@ type serveRun struct {
 	handoffs chan wire.Handoff
 }
 
+// runOnDelivery is the decision for a request on the fast path: its
+// delivery is its claim.
+func runOnDelivery() store.Decision { return store.Decision{Verdict: store.VerdictRun} }
+
 // received is a decoded request entry a worker holds.
 type received struct {
 	entryID string
 	// raw is the entry's envelope as read (env's payload shares its
 	// memory), for a dead letter.
-	raw    string
-	env    *wire.Request
-	method *MethodDesc // nil when the service has no such method
+	raw string
+	env *wire.Request
+	// request is the decoded envelope, which env points to: decoded
+	// into the received request, it costs no allocation of its own.
+	request wire.Request
+	method  *MethodDesc // nil when the service has no such method
 	// deadline (Redis unix ms) ends the handler: the caller's for a unary
 	// call, the attempt's time limit for an async request.
 	deadline int64
@@ -202,7 +209,7 @@ func (r *serveRun) read(rd *reader) {
 			r.queues.workers.Add(1)
 			r.pool.run(handlerJob{reader: rd})
 			r.handlers.Add(1)
-			r.runJob(*mine)
+			r.runJob(handlerJob{queue: q, req: mine, decision: runOnDelivery()})
 			return
 		}
 		if ctx.Err() != nil {
@@ -255,11 +262,11 @@ func (r *serveRun) recreateGroup(ctx context.Context, q *queue) {
 //
 // Of the entries that take the fast path (only ever read afresh), the last
 // is not started but returned, for the reading goroutine to run itself
-// (see readRequests); it holds its slot.
+// with runOnDelivery's decision (see readRequests); it holds its slot.
 //
 // hops counts the handoffs the entries already had (see handOff): 0 for
 // entries this worker read or reclaimed.
-func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage, previous map[string]string, hops int) (mine *handlerJob) {
+func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage, previous map[string]string, hops int) (mine *received) {
 	batch := make([]*received, 0, len(msgs))
 	now := r.server.clock.toRedis(time.Now())
 
@@ -279,9 +286,9 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 		case previous == nil && takesFastPath(q, req) && now < req.deadline && r.server.trust.replaySafe(req):
 			req.fast = true // no claim in a state hash
 			if mine != nil {
-				r.run(mine.queue, mine.req, mine.decision)
+				r.run(q, mine, runOnDelivery())
 			}
-			mine = &handlerJob{queue: q, req: req, decision: store.Decision{Verdict: store.VerdictRun}}
+			mine = req
 		default:
 			if req.state == "" {
 				req.state = q.stateKey(req.env.ID)
@@ -297,7 +304,7 @@ func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage,
 	}
 	if mine != nil {
 		// Not kept waiting for beginScript's round trip.
-		r.run(mine.queue, mine.req, mine.decision)
+		r.run(q, mine, runOnDelivery())
 		mine = nil
 	}
 	decisions, err := r.begin(ctx, q, batch)

@@ -43,8 +43,9 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		r.refuseUnread(q, msg.ID, raw, ResourceExhausted, fmt.Sprintf("envelope is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes for the payload, tunnel.MaxMetadataBytes for metadata)", len(raw), limit))
 		return nil
 	}
-	env, err := wire.DecodeRequestString(raw)
-	if err != nil {
+	req := new(received) // the envelope is decoded into it: one allocation
+	env := &req.request
+	if err := wire.DecodeRequestStringInto(raw, env); err != nil {
 		id, replyTo := wire.PeekReplyAddress([]byte(raw))
 		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", q.requests, "entry", msg.ID, "request_id", id, "error", err)
 		r.deadLetter(q, msg.ID, raw, err.Error())
@@ -72,7 +73,7 @@ func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
 		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
 	}
-	req := &received{entryID: msg.ID, raw: raw, env: env, deadline: env.Deadline, key: key}
+	req.entryID, req.raw, req.env, req.deadline, req.key = msg.ID, raw, env, env.Deadline, key
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
 		req.method = q.methods[methodName]
 	}

@@ -163,7 +163,7 @@ func (r *serveRun) takeHandoff(ctx context.Context, h wire.Handoff) {
 		return // gone: its caller gave up and deleted it
 	}
 	if mine := r.process(ctx, q, msgs, nil, h.Hops); mine != nil {
-		r.run(mine.queue, mine.req, mine.decision)
+		r.run(q, mine, runOnDelivery())
 	}
 }
 

@@ -102,7 +102,8 @@ func mustEncode[T any](tb testing.TB, encode func(*T) ([]byte, error), v *T) []b
 	return b
 }
 
-// FuzzDecodeRequest fuzzes DecodeRequest and DecodeRequestString, and the
+// FuzzDecodeRequest fuzzes DecodeRequest, DecodeRequestString and
+// DecodeRequestStringInto, and the
 // peeks (peekVersion, PeekReplyAddress) that read a refused request.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, b := range requestSeeds(f) {
@@ -112,6 +113,12 @@ func FuzzDecodeRequest(f *testing.F) {
 		env, err := DecodeRequest(b) // must never panic
 		inPlace, errInPlace := DecodeRequestString(string(b))
 		checkSameOutcome(t, b, env, err, inPlace, errInPlace)
+		into := new(Request)
+		if errInto := DecodeRequestStringInto(string(b), into); errInto != nil {
+			checkSameOutcome(t, b, env, err, nil, errInto)
+		} else {
+			checkSameOutcome(t, b, env, err, into, nil)
+		}
 		if err != nil {
 			checkRefusal(t, b, err, "malformed envelope: ")
 		} else {
