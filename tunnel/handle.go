@@ -21,6 +21,7 @@ import (
 type handling struct {
 	running  runningRequest
 	info     handlerInfo
+	ctx      infoContext // the handler's context, carrying info
 	response wire.Response
 	// completion is the request's on the paths nearly every request
 	// takes: a unary answer, an async success.
@@ -140,7 +141,8 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	if env.Kind == wire.KindAsync {
 		info.idempotencyKey = env.Key
 	}
-	ctx = withHandlerInfo(ctx, info)
+	req.handling.ctx = infoContext{Context: ctx, info: info}
+	ctx = &req.handling.ctx
 	md := &info.response
 
 	reply, err := r.runHandler(ctx, q, req.method, env, log)

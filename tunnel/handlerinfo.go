@@ -1,6 +1,9 @@
 package tunnel
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // handlerInfo is what a handler's context carries about the request it
 // serves: read by HeaderFromContext, RequestIDFromContext,
@@ -20,6 +23,28 @@ type handlerInfoKey struct{}
 // withHandlerInfo returns ctx carrying info.
 func withHandlerInfo(ctx context.Context, info *handlerInfo) context.Context {
 	return context.WithValue(ctx, handlerInfoKey{}, info)
+}
+
+// infoContext is what withHandlerInfo returns, as a type a request can
+// hold inside itself instead of an allocation of its own: its Context's
+// context, carrying info. Everything but the value is its parent's, as
+// with context.WithValue, so deadlines, cancellation and context.Cause
+// reach the handler unchanged.
+type infoContext struct {
+	context.Context
+	info *handlerInfo
+}
+
+func (c *infoContext) Value(key any) any {
+	if _, ok := key.(handlerInfoKey); ok {
+		return c.info
+	}
+	return c.Context.Value(key)
+}
+
+// String names the context as context.WithValue's would be named.
+func (c *infoContext) String() string {
+	return fmt.Sprintf("%v.WithValue(rpr handler info)", c.Context)
 }
 
 // handlerInfoFrom returns the handlerInfo ctx carries, nil outside a
