@@ -238,7 +238,7 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lan
 		capacity: shareOfCap(capacity, int(svc.shards.count.Load())),
 		due:      due,
 		raw:      raw,
-		result:   make(chan enqueueResult, 1),
+		written:  make(chan struct{}),
 	}
 	err := c.enqueuer.submit(ctx, item)
 	if errors.Is(err, errBatcherClosed) {
@@ -247,15 +247,15 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lan
 	if err != nil {
 		return notSent(ctx, full, rid, "before the request was enqueued")
 	}
-	var res enqueueResult
 	select {
-	case res = <-item.result:
+	case <-item.written:
 	case <-ctx.Done():
 		if item.state.CompareAndSwap(opQueued, opAbandoned) {
 			return notSent(ctx, full, rid, "before the request was enqueued")
 		}
-		res = <-item.result // already on its way: its outcome is what the caller must know
+		<-item.written // already on its way: its outcome is what the caller must know
 	}
+	res := item.result
 	switch {
 	case res.err != nil && neverRan(res.err):
 		return notExecutedf(Unavailable, "%s [%s]: enqueue: %v (it was not queued: safe to retry)", full, rid, res.err)

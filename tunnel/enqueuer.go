@@ -17,8 +17,10 @@ type enqueuing struct {
 	raw             []byte
 	// state moves from opQueued to opTaken when a flusher takes the
 	// request, or to opAbandoned when its caller gives up first.
-	state  atomic.Int32
-	result chan enqueueResult
+	state atomic.Int32
+	// result is the verdict, set before written closes.
+	result  enqueueResult
+	written chan struct{}
 }
 
 // enqueueResult is the enqueue script's verdict on one request.
@@ -61,7 +63,7 @@ func (e *enqueuer) flush(batch []*enqueuing) {
 		}
 		g := byStream[item.stream]
 		if g == nil {
-			g = &group{call: store.NewEnqueue(item.stream, item.retries)}
+			g = &group{call: store.NewEnqueue(item.stream, item.retries), items: make([]*enqueuing, 0, len(batch))}
 			byStream[item.stream] = g
 			groups = append(groups, g)
 		}
@@ -80,10 +82,11 @@ func (e *enqueuer) flush(batch []*enqueuing) {
 		verdicts, err := g.call.Result()
 		for i, item := range g.items {
 			if err != nil {
-				item.result <- enqueueResult{err: err}
-				continue
+				item.result = enqueueResult{err: err}
+			} else {
+				item.result = enqueueResult{queued: verdicts[i].Queued, backlog: verdicts[i].Backlog}
 			}
-			item.result <- enqueueResult{queued: verdicts[i].Queued, backlog: verdicts[i].Backlog}
+			close(item.written)
 		}
 	}
 }
