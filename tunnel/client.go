@@ -323,6 +323,10 @@ type outgoingCall struct {
 	lane   string
 	shard  int
 	routed bool
+	// firstSend is the first attempt's send, allocated with the call.
+	// Later attempts take new ones: an attempt that gave up may leave its
+	// send with a flusher, which finishes it after the attempt returned.
+	firstSend sendOp
 }
 
 // attempt sends the call once and waits for its outcome.
@@ -383,7 +387,11 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		return notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
 	}
 
-	send := newSendOp(svc, call, svc.requestStreamArg(c.keys, call.shard, call.lane), envelope, &c.buffers)
+	send := &call.firstSend
+	if attempt > 1 {
+		send = new(sendOp)
+	}
+	send.init(svc, call, svc.requestStreamArg(c.keys, call.shard, call.lane), envelope, &c.buffers)
 	svc.expect(rid, &send.outcome)
 	defer svc.forget(rid)
 	err = c.writer.submit(ctx, &send.pipelineOp)

@@ -40,16 +40,15 @@ type sendOp struct {
 	pool     *bufpool.Pool
 }
 
-// newSendOp returns the op that adds envelope to stream (a string, or a
-// name boxed once: clientService.requestStreamArg). Its caller learns of
-// success only when it asks (awaitEntryID), and of failure through
-// outcome: a call's one wake-up is its outcome.
-func newSendOp(svc *clientService, call *outgoingCall, stream any, envelope *[]byte, pool *bufpool.Pool) *sendOp {
-	op := &sendOp{svc: svc, call: call, envelope: envelope, pool: pool}
+// init makes op, a zero sendOp, the op that adds envelope to stream (a
+// string, or a name boxed once: clientService.requestStreamArg). Its
+// caller learns of success only when it asks (awaitEntryID), and of
+// failure through outcome: a call's one wake-up is its outcome.
+func (op *sendOp) init(svc *clientService, call *outgoingCall, stream any, envelope *[]byte, pool *bufpool.Pool) {
+	op.svc, op.call, op.envelope, op.pool = svc, call, envelope, pool
 	op.outcome.done = make(chan struct{})
 	op.set(stream, wire.Field, *envelope)
 	op.command = op
-	return op
 }
 
 func (op *sendOp) finished(cmd redis.Cmder) {
