@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -126,18 +127,32 @@ func (b *batcher) flush(batch []*pipelineOp) {
 // redis.XAddArgs, which go-redis would copy into a new list (and whose
 // Values would be boxed again) on every send.
 type fieldXAdd struct {
-	argv [5]any // XADD stream * field value
+	argv  [5]any // XADD stream * field value
+	value bytesArg
 }
 
 // set makes the XADD add field=value to stream, a string (a name boxed
 // once and kept, as clientService.requestStreamArg gives, costs no
 // allocation here).
 func (x *fieldXAdd) set(stream any, field string, value []byte) {
-	x.argv = [5]any{"xadd", stream, "*", field, value}
+	x.value.b = value
+	x.argv = [5]any{"xadd", stream, "*", field, &x.value}
 }
 
 // dropValue forgets the value, whose memory its owner is about to reuse.
-func (x *fieldXAdd) dropValue() { x.argv[4] = nil }
+func (x *fieldXAdd) dropValue() { x.value.b = nil }
+
+// bytesArg is a command argument of bytes, which go-redis writes as they
+// are (encoding.BinaryMarshaler). Boxed as a pointer into the op that
+// holds it, it costs no allocation, where a []byte argument costs one
+// for its slice header on every command.
+type bytesArg struct{ b []byte }
+
+func (a *bytesArg) MarshalBinary() ([]byte, error) { return a.b, nil }
+
+// String is what a hook that prints commands (cmd.String) shows of the
+// argument: its size, not its bytes.
+func (a *bytesArg) String() string { return fmt.Sprintf("<%d bytes>", len(a.b)) }
 
 func (x *fieldXAdd) queue(ctx context.Context, c commandSink) redis.Cmder {
 	cmd := redis.NewStringCmd(ctx, x.argv[:]...)
