@@ -63,7 +63,7 @@ func (e *enqueuer) flush(batch []*enqueuing) {
 		}
 		g := byStream[item.stream]
 		if g == nil {
-			g = &group{call: store.NewEnqueue(item.stream, item.retries), items: make([]*enqueuing, 0, len(batch))}
+			g = &group{call: store.NewEnqueue(item.stream, item.retries, len(batch)), items: make([]*enqueuing, 0, len(batch))}
 			byStream[item.stream] = g
 			groups = append(groups, g)
 		}

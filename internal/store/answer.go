@@ -83,11 +83,13 @@ func NewAnswer(stream string, retention time.Duration, size int) *Answer {
 		a := &Answer{Call: Call{script: answerKeepScript}, keep: true}
 		a.keys = append(make([]string, 0, 1+2*size), stream)
 		a.args = append(make([]any, 0, 2+3*size), WorkersGroup, max(retention.Milliseconds(), 1))
+		a.refs = make([]bytesRef, 0, 3*size)
 		return a
 	}
 	a := &Answer{Call: Call{script: answerScript}}
 	a.keys = append(make([]string, 0, 1+size), stream)
 	a.args = append(make([]any, 0, 1+2*size), WorkersGroup)
+	a.refs = make([]bytesRef, 0, 2*size)
 	return a
 }
 
@@ -98,10 +100,10 @@ func NewAnswer(stream string, retention time.Duration, size int) *Answer {
 func (a *Answer) Add(replyTo, entryID string, resp []byte, done string, record []byte) {
 	if a.keep {
 		a.keys = append(a.keys, replyTo, done)
-		a.args = append(a.args, entryID, resp, record)
+		a.args = append(a.args, a.refString(entryID), a.ref(resp), a.ref(record))
 	} else {
 		a.keys = append(a.keys, replyTo)
-		a.args = append(a.args, entryID, resp)
+		a.args = append(a.args, a.refString(entryID), a.ref(resp))
 	}
 	a.n++
 }

@@ -96,7 +96,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 		&NewReply(resp, []byte("resp")).Call,
 		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}, 10).Call,
 		&func() *Enqueue {
-			e := NewEnqueue(req, retry)
+			e := NewEnqueue(req, retry, 1)
 			e.Add(100, 0, []byte("x"))
 			e.Add(100, time.Now().UnixMilli()-1, []byte("y"))
 			return e

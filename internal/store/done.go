@@ -59,13 +59,14 @@ func NewDone(stream, worker string, window time.Duration, size int) *Done {
 	d := &Done{Call: Call{script: doneScript}}
 	d.keys = append(make([]string, 0, 1+size), stream)
 	d.args = append(make([]any, 0, 3+2*size), WorkersGroup, worker, ttlMillis(window))
+	d.refs = make([]bytesRef, 0, size)
 	return d
 }
 
 // Add adds the request in entry, whose state hash is state, at attempt.
 func (d *Done) Add(state, entryID string, attempt int) {
 	d.keys = append(d.keys, state)
-	d.args = append(d.args, entryID, attempt)
+	d.args = append(d.args, d.refString(entryID), attempt)
 	d.n++
 }
 

@@ -42,15 +42,16 @@ type Enqueue struct {
 }
 
 // NewEnqueue starts an Enqueue into the request stream and retry set of
-// one lane of a shard.
-func NewEnqueue(stream, retries string) *Enqueue {
-	return &Enqueue{Call: Call{script: enqueueScript, keys: []string{stream, retries}}}
+// one lane of a shard; size is how many requests will be added.
+func NewEnqueue(stream, retries string, size int) *Enqueue {
+	return &Enqueue{Call: Call{script: enqueueScript, keys: []string{stream, retries},
+		args: make([]any, 0, 3*size), refs: make([]bytesRef, 0, size)}}
 }
 
 // Add adds a request: its envelope, the queue's cap for it, and when it
 // is due (Redis unix ms; 0 for at once).
 func (e *Enqueue) Add(capacity, due int64, envelope []byte) {
-	e.args = append(e.args, capacity, due, envelope)
+	e.args = append(e.args, capacity, due, e.ref(envelope))
 	e.n++
 }
 

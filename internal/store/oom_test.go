@@ -47,7 +47,7 @@ func TestFlaggedFormsRunAtMaxmemory(t *testing.T) {
 		t.Errorf("after the flagged heartbeat: %d records, want 1", n)
 	}
 
-	q := NewEnqueue(shard.Requests(""), shard.Retries(""))
+	q := NewEnqueue(shard.Requests(""), shard.Retries(""), 1)
 	q.Use(d)
 	q.Add(100, 0, []byte("envelope"))
 	Run(ctx, rdb, &q.Call)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -168,9 +169,43 @@ type Call struct {
 	script *script
 	keys   []string
 	args   []any
-	cmd    *redis.Cmd
+	// refs holds the call's string and bytes arguments that args refer to
+	// (see ref).
+	refs []bytesRef
+	cmd  *redis.Cmd
 	// flagged: Queue and Recover send the script's flagged form (Use).
 	flagged bool
+}
+
+// bytesRef is a string or bytes argument of a script call, which go-redis
+// writes as it is (encoding.BinaryMarshaler). An argument added to args
+// as a pointer to its place in Call.refs costs no allocation, where a
+// string or []byte added as it is costs one each time it is boxed (for a
+// batch of answers, two per request).
+type bytesRef []byte
+
+func (r *bytesRef) MarshalBinary() ([]byte, error) { return *r, nil }
+
+// String is what a hook that prints commands (cmd.String) shows: a short
+// argument as text, a long one as its size.
+func (r *bytesRef) String() string {
+	if len(*r) > 64 {
+		return fmt.Sprintf("<%d bytes>", len(*r))
+	}
+	return string(*r)
+}
+
+// ref returns b as an argument for args that refers to it (see bytesRef).
+// A reference made before refs grew points into its previous array,
+// which keeps its value.
+func (c *Call) ref(b []byte) *bytesRef {
+	c.refs = append(c.refs, b)
+	return &c.refs[len(c.refs)-1]
+}
+
+// refString is ref for a string, whose bytes are read in place.
+func (c *Call) refString(s string) *bytesRef {
+	return c.ref(unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
 // Use makes the call run in the form dialect d runs: with DialectFlags a

@@ -51,7 +51,7 @@ func TestScriptErrorsHideLua(t *testing.T) {
 	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	q := NewEnqueue(shard.Requests(""), shard.Retries(""))
+	q := NewEnqueue(shard.Requests(""), shard.Retries(""), 1)
 	q.Add(100, 0, []byte("envelope"))
 	Run(ctx, rdb, &q.Call)
 	_, err = q.Result()
