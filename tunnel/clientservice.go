@@ -414,6 +414,8 @@ func (s *clientService) checkStreamWorkers(hash map[string]string, nowMs int64) 
 type callWaiter struct {
 	done chan struct{} // closed once res is set
 	res  callResult
+	// resp is the response res points to, copied here by answer.
+	resp wire.Response
 }
 
 // deliver sets w's outcome and wakes its call. Only the one who took w
@@ -434,6 +436,17 @@ func (s *clientService) complete(id string, res callResult) bool {
 	w, ok := s.waiting.take(id)
 	if ok {
 		w.deliver(res) // taken: no one else delivers to it
+	}
+	return ok
+}
+
+// answer hands a copy of resp to the call waiting for it; false if none
+// waits. resp may be its caller's, on the stack: the call keeps the copy.
+func (s *clientService) answer(resp *wire.Response) bool {
+	w, ok := s.waiting.take(resp.ID)
+	if ok {
+		w.resp = *resp
+		w.deliver(callResult{resp: &w.resp})
 	}
 	return ok
 }

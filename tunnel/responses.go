@@ -94,8 +94,9 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessag
 		return
 	}
 	raw, _ := msg.Values[wire.Field].(string)
-	resp, err := wire.DecodeResponseString(raw)
-	if err != nil {
+	var decoded wire.Response // on the stack: a waiting call copies it (see clientService.answer)
+	resp := &decoded
+	if err := wire.DecodeResponseStringInto(raw, resp); err != nil {
 		id, _ := wire.PeekReplyAddress([]byte(raw))
 		c.log.Error("rpr: undecodable response", "stream", rs.key, "entry", msg.ID, "request_id", id, "error", err)
 		if id != "" && c.identity == nil { // with Credentials, only a signed answer ends a call
@@ -107,11 +108,12 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessag
 		c.log.Error("rpr: answer refused; the call waits for its real answer", "stream", rs.key, "entry", msg.ID, "request_id", resp.ID, "reason", err)
 		return
 	}
-	if s.complete(resp.ID, callResult{resp: resp}) {
+	if s.answer(resp) {
 		return
 	}
 	if cs := s.stream(resp.ID); cs != nil {
-		cs.onEnd(resp)
+		kept := *resp // the stream keeps it
+		cs.onEnd(&kept)
 		return
 	}
 	c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)

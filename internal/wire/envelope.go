@@ -347,17 +347,28 @@ func DecodeResponseString(raw string) (*Response, error) {
 // decodeResponseFrom decodes b, the bytes of a string when frozen.
 func decodeResponseFrom(b []byte, frozen bool) (*Response, error) {
 	env := new(Response)
-	decode := func(b []byte) error { return decodeResponseFields(b, frozen, env) }
-	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
-		return nil, err
-	}
-	if env.ID == "" {
-		return nil, errors.New("malformed response envelope: no request id")
-	}
-	if err := checkSigned(env.Version, env.Sig != nil || env.Sealed != nil, env.Sealed != nil && (env.Message != "" || env.Details != nil || env.Header != nil || env.Trailer != nil || env.Payload != nil || env.Refused)); err != nil {
+	if err := decodeResponseInto(b, frozen, env); err != nil {
 		return nil, err
 	}
 	return env, nil
+}
+
+// DecodeResponseStringInto is DecodeResponseString into env, a zero
+// Response of its caller's (see DecodeRequestStringInto).
+func DecodeResponseStringInto(raw string, env *Response) error {
+	return decodeResponseInto(stringBytes(raw), true, env)
+}
+
+// decodeResponseInto decodes b into env and validates it.
+func decodeResponseInto(b []byte, frozen bool, env *Response) error {
+	decode := func(b []byte) error { return decodeResponseFields(b, frozen, env) }
+	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
+		return err
+	}
+	if env.ID == "" {
+		return errors.New("malformed response envelope: no request id")
+	}
+	return checkSigned(env.Version, env.Sig != nil || env.Sealed != nil, env.Sealed != nil && (env.Message != "" || env.Details != nil || env.Header != nil || env.Trailer != nil || env.Payload != nil || env.Refused))
 }
 
 // PeekReplyAddress reads the id and reply-to stream of an envelope that

@@ -146,6 +146,12 @@ func FuzzDecodeResponse(f *testing.F) {
 		env, err := DecodeResponse(b) // must never panic
 		inPlace, errInPlace := DecodeResponseString(string(b))
 		checkSameOutcome(t, b, env, err, inPlace, errInPlace)
+		into := new(Response)
+		if errInto := DecodeResponseStringInto(string(b), into); errInto != nil {
+			checkSameOutcome(t, b, env, err, nil, errInto)
+		} else {
+			checkSameOutcome(t, b, env, err, into, nil)
+		}
 		if err != nil {
 			checkRefusal(t, b, err, "malformed envelope: ", "malformed response envelope: ")
 		} else {
