@@ -224,10 +224,42 @@ func (c *Call) form() *redis.Script {
 	return c.script.lua
 }
 
-// Queue sends the call with EVALSHA through c: a pipeline, or a client
+// Commander sends a command built by hand: a client, or a pipeline.
+type Commander interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Runner is what Run sends calls through: a client, which makes pipelines
+// for several and sends a recovered call's EVAL.
+type Runner interface {
+	Commander
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// Queue sends the call with EVALSHA through p: a pipeline, or a client
 // for a call on its own.
-func (c *Call) Queue(ctx context.Context, p redis.Scripter) redis.Cmder {
-	c.cmd = c.form().EvalSha(ctx, p, c.keys, c.args...)
+//
+// The command is built here rather than by go-redis's EvalSha, which
+// boxes every key anew: a batch of answers names each caller's response
+// stream, so that was one allocation per answer. The first key stays a
+// string, which is what a Cluster client routes by (the keys of one call
+// share a hash tag); the others are references into the call (bytesRef).
+func (c *Call) Queue(ctx context.Context, p Commander) redis.Cmder {
+	argv := make([]any, 0, 3+len(c.keys)+len(c.args))
+	argv = append(argv, "evalsha", c.form().Hash(), len(c.keys))
+	for i, key := range c.keys {
+		if i == 0 {
+			argv = append(argv, key)
+		} else {
+			argv = append(argv, c.refString(key))
+		}
+	}
+	c.cmd = redis.NewCmd(ctx, append(argv, c.args...)...)
+	if len(c.keys) > 0 {
+		c.cmd.SetFirstKeyPos(3)
+	}
+	_ = p.Process(ctx, c.cmd) // the error is the command's
 	return c.cmd
 }
 
@@ -302,7 +334,7 @@ func (c *Call) strings(n int) ([]string, error) {
 // Run runs calls, in one pipeline when there are several, and recovers
 // those that found their script missing. Each call carries its own
 // outcome (its Result method, or Err).
-func Run(ctx context.Context, rdb redis.Cmdable, calls ...*Call) {
+func Run(ctx context.Context, rdb Runner, calls ...*Call) {
 	switch len(calls) {
 	case 0:
 		return
