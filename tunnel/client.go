@@ -52,6 +52,9 @@ type Client struct {
 	limiter           limiter         // rate limits
 	breakers          *breakers       // nil when disabled
 	identity          *callerIdentity // nil without Credentials
+	// fullNames caches "service/method" by service and method name, so a
+	// call does not build the string again.
+	fullNames boundedCache[[2]string, string]
 
 	// ctx ends when the client closes; it bounds every background goroutine.
 	ctx    context.Context
@@ -207,10 +210,17 @@ func (c *Client) startCall(ctx context.Context, method *MethodDesc, opts []CallO
 	return c.startCallIn(ctx, s, method, opts), s
 }
 
+// fullName is method.FullMethod, made once per method.
+func (c *Client) fullName(method *MethodDesc) string {
+	return c.fullNames.get([2]string{method.Service.Name, method.Name}, func(names [2]string) string {
+		return names[0] + "/" + names[1]
+	})
+}
+
 // startCallIn is startCall into s, for a caller that allocates s with
 // more of the call.
 func (c *Client) startCallIn(ctx context.Context, s *callStart, method *MethodDesc, opts []CallOption) context.Context {
-	*s = callStart{cfg: callConfig{retry: method.Retry}, full: method.FullMethod()}
+	*s = callStart{cfg: callConfig{retry: method.Retry}, full: c.fullName(method)}
 	for _, o := range opts {
 		o.apply(&s.cfg)
 	}
