@@ -113,8 +113,12 @@ func vsGRPC(goal int, figure string, p pair, of func(figures) float64, t compare
 // marshalling needs none, since it can go into a reused buffer
 // (MarshalAppend onto a pooled one, as gRPC-go does), and so can an
 // envelope around it; the receiver can decode its envelope from the read
-// without copying the payload out. That is 4 payload sizes per call;
-// anything above is a copy the implementation added. The figure also holds
+// without copying the payload out. That is 4 payload sizes per call,
+// and slightly more in bytes: go-redis reads an entry into a buffer of its
+// length plus two, which the Go allocator rounds up to whole 8 KiB pages
+// (4.25 payload sizes at 64 KiB, about 4.02 at 1 MiB; see
+// docs/performance.md). Anything above is a copy the implementation added
+// or a pooled buffer a collection took. The figure also holds
 // each call's fixed allocations (about 7-9 KB at 32 B: 0.1 payload at 64
 // KiB, nothing at 1 MiB). gRPC-go's figure, shown beside it, is what
 // pooled read buffers reach.
