@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -33,13 +32,12 @@ type pipelineCommand interface {
 	finished(cmd redis.Cmder)
 }
 
-// commandSink is what an op's command is queued on: a pipeline
-// (redis.Pipeliner), or the client itself (redis.UniversalClient) when
-// the op is alone. Both run a command built by hand (Process) as well as
-// through their typed methods.
+// commandSink is what an op's command is queued on: a pipeline, or the
+// client itself when the op is alone. Ops use its typed methods and run
+// commands built by hand (store.Commander).
 type commandSink interface {
 	redis.Cmdable
-	Process(ctx context.Context, cmd redis.Cmder) error
+	store.Commander
 }
 
 const (
@@ -128,31 +126,19 @@ func (b *batcher) flush(batch []*pipelineOp) {
 // Values would be boxed again) on every send.
 type fieldXAdd struct {
 	argv  [5]any // XADD stream * field value
-	value bytesArg
+	value store.BytesArg
 }
 
 // set makes the XADD add field=value to stream, a string (a name boxed
-// once and kept, as clientService.requestStreamArg gives, costs no
+// once and kept, as clientService.requestStream gives, costs no
 // allocation here).
 func (x *fieldXAdd) set(stream any, field string, value []byte) {
-	x.value.b = value
-	x.argv = [5]any{"xadd", stream, "*", field, &x.value}
+	x.value = value
+	x.argv = [5]any{"xadd", stream, "*", field, &x.value} // no copy boxed: see store.BytesArg
 }
 
 // dropValue forgets the value, whose memory its owner is about to reuse.
-func (x *fieldXAdd) dropValue() { x.value.b = nil }
-
-// bytesArg is a command argument of bytes, which go-redis writes as they
-// are (encoding.BinaryMarshaler). Boxed as a pointer into the op that
-// holds it, it costs no allocation, where a []byte argument costs one
-// for its slice header on every command.
-type bytesArg struct{ b []byte }
-
-func (a *bytesArg) MarshalBinary() ([]byte, error) { return a.b, nil }
-
-// String is what a hook that prints commands (cmd.String) shows of the
-// argument: its size, not its bytes.
-func (a *bytesArg) String() string { return fmt.Sprintf("<%d bytes>", len(a.b)) }
+func (x *fieldXAdd) dropValue() { x.value = nil }
 
 func (x *fieldXAdd) queue(ctx context.Context, c commandSink) redis.Cmder {
 	cmd := redis.NewStringCmd(ctx, x.argv[:]...)
@@ -169,7 +155,7 @@ type xaddOp struct {
 }
 
 // newXAddOp returns the op that adds field=value to stream.
-func newXAddOp(stream, field string, value []byte, done func(entryID string, err error)) *xaddOp {
+func newXAddOp(stream any, field string, value []byte, done func(entryID string, err error)) *xaddOp {
 	op := &xaddOp{done: done}
 	op.set(stream, field, value)
 	op.command = op

@@ -401,7 +401,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	if attempt > 1 {
 		send = new(sendOp)
 	}
-	send.init(svc, call, svc.requestStreamArg(c.keys, call.shard, call.lane), envelope, &c.buffers)
+	send.init(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers)
 	svc.expect(rid, &send.outcome)
 	defer svc.forget(rid)
 	err = c.writer.submit(ctx, &send.pipelineOp)

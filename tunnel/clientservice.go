@@ -84,17 +84,10 @@ func (s *clientService) queueKeys(keys store.Keyspace, shard int, lane string) *
 	return q
 }
 
-// requestStream names the request stream of lane in shard.
-func (s *clientService) requestStream(keys store.Keyspace, shard int, lane string) string {
-	if lane != DefaultLane && lane != "" {
-		return keys.Shard(s.name, shard).Requests(lane)
-	}
-	return s.queueKeys(keys, shard, lane).requests
-}
-
-// requestStreamArg is requestStream as a command argument: the default
-// lane's name is boxed once, so that a call's XADD does not box it again.
-func (s *clientService) requestStreamArg(keys store.Keyspace, shard int, lane string) any {
+// requestStream names the request stream of lane in shard, as a command
+// argument: the default lane's name is boxed once, so that an XADD does
+// not box it again.
+func (s *clientService) requestStream(keys store.Keyspace, shard int, lane string) any {
 	if lane != DefaultLane && lane != "" {
 		return keys.Shard(s.name, shard).Requests(lane)
 	}

@@ -41,7 +41,7 @@ type sendOp struct {
 }
 
 // init makes op, a zero sendOp, the op that adds envelope to stream (a
-// string, or a name boxed once: clientService.requestStreamArg). Its
+// string, or a name boxed once: clientService.requestStream). Its
 // caller learns of success only when it asks (awaitEntryID), and of
 // failure through outcome: a call's one wake-up is its outcome.
 func (op *sendOp) init(svc *clientService, call *outgoingCall, stream any, envelope *[]byte, pool *bufpool.Pool) {

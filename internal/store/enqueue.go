@@ -45,7 +45,7 @@ type Enqueue struct {
 // one lane of a shard; size is how many requests will be added.
 func NewEnqueue(stream, retries string, size int) *Enqueue {
 	return &Enqueue{Call: Call{script: enqueueScript, keys: []string{stream, retries},
-		args: make([]any, 0, 3*size), refs: make([]bytesRef, 0, size)}}
+		args: make([]any, 0, 3*size), refs: make([]BytesArg, 0, size)}}
 }
 
 // Add adds a request: its envelope, the queue's cap for it, and when it

@@ -171,40 +171,40 @@ type Call struct {
 	args   []any
 	// refs holds the call's string and bytes arguments that args refer to
 	// (see ref).
-	refs []bytesRef
+	refs []BytesArg
 	cmd  *redis.Cmd
 	// flagged: Queue and Recover send the script's flagged form (Use).
 	flagged bool
 }
 
-// bytesRef is a string or bytes argument of a script call, which go-redis
-// writes as it is (encoding.BinaryMarshaler). An argument added to args
-// as a pointer to its place in Call.refs costs no allocation, where a
-// string or []byte added as it is costs one each time it is boxed (for a
-// batch of answers, two per request).
-type bytesRef []byte
+// BytesArg is a string or bytes argument of a command, which go-redis
+// writes as it is (encoding.BinaryMarshaler). A *BytesArg into memory the
+// command's owner already holds boxes without an allocation, where a
+// string or []byte boxed as it is costs one every time (for a batch of
+// answers, two per request).
+type BytesArg []byte
 
-func (r *bytesRef) MarshalBinary() ([]byte, error) { return *r, nil }
+func (r *BytesArg) MarshalBinary() ([]byte, error) { return *r, nil }
 
 // String is what a hook that prints commands (cmd.String) shows: a short
 // argument as text, a long one as its size.
-func (r *bytesRef) String() string {
+func (r *BytesArg) String() string {
 	if len(*r) > 64 {
 		return fmt.Sprintf("<%d bytes>", len(*r))
 	}
 	return string(*r)
 }
 
-// ref returns b as an argument for args that refers to it (see bytesRef).
+// ref returns b as an argument for args that refers to it (see BytesArg).
 // A reference made before refs grew points into its previous array,
 // which keeps its value.
-func (c *Call) ref(b []byte) *bytesRef {
+func (c *Call) ref(b []byte) *BytesArg {
 	c.refs = append(c.refs, b)
 	return &c.refs[len(c.refs)-1]
 }
 
 // refString is ref for a string, whose bytes are read in place.
-func (c *Call) refString(s string) *bytesRef {
+func (c *Call) refString(s string) *BytesArg {
 	return c.ref(unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
@@ -244,7 +244,7 @@ type Runner interface {
 // boxes every key anew: a batch of answers names each caller's response
 // stream, so that was one allocation per answer. The first key stays a
 // string, which is what a Cluster client routes by (the keys of one call
-// share a hash tag); the others are references into the call (bytesRef).
+// share a hash tag); the others are references into the call (BytesArg).
 func (c *Call) Queue(ctx context.Context, p Commander) redis.Cmder {
 	argv := make([]any, 0, 3+len(c.keys)+len(c.args))
 	argv = append(argv, "evalsha", c.form().Hash(), len(c.keys))
