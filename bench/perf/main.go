@@ -193,8 +193,8 @@ func printSettings(w io.Writer, s *settings) {
 		fmt.Fprintf(w, "  rpr callers spread over %d client instances (1 at c=1), each its own Redis pool; gRPC callers share one ClientConn over loopback TCP\n", s.instances)
 	}
 	if slices.Contains(s.only, "scale") {
-		fmt.Fprintf(w, "scale (goal 3): rpr only, %d B echo at c=%v with %v client instances, %d calls + %d warm-up per run\n",
-			unaryPayload, scaleLevels, scaleInstances, s.calls, s.warmup)
+		fmt.Fprintf(w, "scale (goal 3): %d B echo at c=%v, rpr with %v client instances, the plain Streams RPC (the floor) with %v, %d calls + %d warm-up per run\n",
+			unaryPayload, scaleLevels, scaleInstances, plainInstances, s.calls, s.warmup)
 	}
 	if slices.Contains(s.only, "large") {
 		fmt.Fprintf(w, "large (goal 5): 64 KiB echo × %d calls, 1 MiB echo × %d calls (warm-up a tenth, at least 2), c=%d, %d rpr client instances\n",

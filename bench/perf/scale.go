@@ -1,7 +1,10 @@
 package main
 
 // Goal 3: Redis's CPU per call flat from 1 to 16 client instances, at 16
-// and at 128 concurrent callers, the server in a child process.
+// and at 128 concurrent callers, the server in a child process. Beside
+// it, the same figure for the plain Streams RPC (compare.PlainClients) at
+// the extremes: what the growth is when nothing but the traffic's shape
+// changes, the floor rpr's growth is read against.
 
 import (
 	"context"
@@ -18,6 +21,7 @@ const scaleTarget = 1.15
 var (
 	scaleLevels    = [...]int{16, 128}
 	scaleInstances = [...]int{1, 8, 16}
+	plainInstances = [...]int{1, 16}
 )
 
 func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
@@ -26,8 +30,16 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		return nil, err
 	}
 	defer srv.close()
-	// byLevel[i][j]: the runs at scaleLevels[i] with scaleInstances[j].
+	plain, err := compare.StartChild(ctx, "plain "+srv.redis.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer plain.Stop()
+	fmt.Fprintf(log, "  plain Streams RPC server child pid %d\n", plain.Pid())
+	// byLevel[i][j]: the runs at scaleLevels[i] with scaleInstances[j];
+	// plainBy[i][j] the plain RPC's with plainInstances[j].
 	var byLevel [len(scaleLevels)][len(scaleInstances)]runs
+	var plainBy [len(scaleLevels)][len(plainInstances)]runs
 	payload := make([]byte, unaryPayload)
 	for run := range s.runs {
 		for i, c := range scaleLevels {
@@ -43,6 +55,14 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 				}
 				f.log(log, fmt.Sprintf("rpr  c=%d inst=%d run %d/%d", c, inst, run+1, s.runs))
 				byLevel[i][j] = append(byLevel[i][j], f)
+			}
+			for j, inst := range plainInstances {
+				f, err := measurePlain(ctx, s, srv, plain, inst, c, payload)
+				if err != nil {
+					return nil, err
+				}
+				f.log(log, fmt.Sprintf("plain c=%d inst=%d run %d/%d", c, inst, run+1, s.runs))
+				plainBy[i][j] = append(plainBy[i][j], f)
 			}
 		}
 	}
@@ -65,6 +85,34 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 			Goal: 3, Figure: fmt.Sprintf("Redis connection reads+writes per call, %d instances, c=%d", scaleInstances[last], c),
 			RPR: byLevel[i][last].med(io), Baseline: byLevel[i][0].med(io), BaselineOf: "1 instance", Target: compare.NoTarget,
 		})
+		// The floor: the plain Streams RPC's own growth (in the rpr
+		// column, being the system measured), and rpr's growth over it
+		// with the goal's 15%: the part of the growth rpr's design adds.
+		lastPlain := len(plainInstances) - 1
+		plainGrowth := plainBy[i][lastPlain].med(redisCPU) / plainBy[i][0].med(redisCPU)
+		rprGrowth := byLevel[i][last].med(redisCPU) / one
+		rows = append(rows, compare.Row{
+			Goal: 3, Figure: fmt.Sprintf("plain Streams RPC (floor): Redis CPU µs/call, %d instances, c=%d", plainInstances[lastPlain], c),
+			RPR: plainBy[i][lastPlain].med(redisCPU), Baseline: plainBy[i][0].med(redisCPU), BaselineOf: "1 instance", Target: compare.NoTarget,
+		}, compare.Row{
+			Goal: 3, Figure: fmt.Sprintf("growth of Redis CPU/call 1 -> %d instances, c=%d, over the floor's", scaleInstances[last], c),
+			RPR: rprGrowth, Baseline: plainGrowth, BaselineOf: "plain", Target: compare.RatioAtMost(scaleTarget),
+		})
 	}
 	return rows, nil
+}
+
+// measurePlain measures the plain Streams RPC with instances client
+// instances and c callers.
+func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, instances, c int, payload []byte) (figures, error) {
+	clients, err := compare.StartPlainClients(ctx, srv.redis.URL(), instances)
+	if err != nil {
+		return figures{}, err
+	}
+	defer clients.Close()
+	if err := clients.WaitServed(ctx); err != nil {
+		return figures{}, err
+	}
+	sys := system{name: "plain", call: clients.Call, child: child, admin: srv.admin}
+	return measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout)
 }

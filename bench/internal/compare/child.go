@@ -22,13 +22,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
 // ChildEnv names the environment variable that makes a program a server
 // child (RunChildIfAsked): "rpr <redis URL>" serves the echo service on
-// rpr, "grpc" serves it on gRPC-go on a free loopback port.
+// rpr, "plain <redis URL>" serves it on the plain Streams RPC (see
+// StartPlainClients), "grpc" serves it on gRPC-go on a free loopback port.
 const ChildEnv = "RPR_BENCH_CHILD"
 
 // ChildServerConcurrency is the rpr child's ServerOptions.Concurrency:
@@ -77,6 +80,19 @@ func runChild(mode string) error {
 		srv.RegisterService(&rprEchoDesc, struct{}{})
 		go func() { served <- srv.Serve(ctx) }()
 		addr = "-"
+	case "plain":
+		opts, err := redis.ParseURL(arg)
+		if err != nil {
+			return fmt.Errorf("plain RPC server: %w", err)
+		}
+		rdb := redis.NewClient(opts)
+		defer rdb.Close()
+		rdb.AddHook(sent)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("plain RPC server: reaching Redis %s: %w", arg, err)
+		}
+		go func() { served <- servePlainRPC(ctx, rdb) }()
+		addr = "-"
 	case "grpc":
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -90,7 +106,7 @@ func runChild(mode string) error {
 		}()
 		addr = l.Addr().String()
 	default:
-		return fmt.Errorf("%s=%q: want \"rpr <redis URL>\" or \"grpc\"", ChildEnv, mode)
+		return fmt.Errorf("%s=%q: want \"rpr <redis URL>\", \"plain <redis URL>\" or \"grpc\"", ChildEnv, mode)
 	}
 	fmt.Printf("ready %s\n", addr)
 
@@ -119,9 +135,9 @@ func runChild(mode string) error {
 		}
 		return fmt.Errorf("server stopped: %w", err)
 	}
-	if kind == "rpr" {
+	if kind != "grpc" {
 		if err := <-served; err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("rpr server: %w", err)
+			return fmt.Errorf("%s server: %w", kind, err)
 		}
 	}
 	return nil
@@ -131,7 +147,7 @@ func runChild(mode string) error {
 type ChildStats struct {
 	Mallocs, TotalAlloc uint64        // runtime.MemStats
 	CPU                 time.Duration // user + system, getrusage RUSAGE_SELF
-	// Sent counts the commands an rpr child sent to Redis (a script run
+	// Sent counts the commands an rpr or plain child sent to Redis (a script run
 	// is one, whatever it runs inside), 0 for gRPC.
 	Sent uint64
 }
@@ -145,7 +161,7 @@ type Child struct {
 	exited chan struct{} // closed once the process has exited and been reaped
 	stderr *tail
 	// Addr is what the child's ready line named: its gRPC listener's
-	// address, "-" for an rpr server.
+	// address, "-" for a server on Redis.
 	Addr string
 	stop sync.Once
 }

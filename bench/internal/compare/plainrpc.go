@@ -1,0 +1,280 @@
+package compare
+
+// The plain Streams RPC: the least a request/reply over Redis Streams
+// can be, as issue 18 describes its hand-written reference (per-client
+// response streams, one XREADGROUP COUNT 64 per worker batch, one
+// pipeline of answers and a multi-id XACK). It has none of rpr's
+// guarantees (no deadlines, states, retries or fencing); it is here as
+// the floor a figure of rpr's is read against, chiefly how Redis's CPU
+// per call grows with client instances when nothing but the shape of the
+// traffic changes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+const (
+	plainRequests = "plainrpc:requests"
+	plainGroup    = "plainrpc"
+	// plainWorkers is how many batch readers the plain server runs.
+	plainWorkers = 2
+	// plainMaxBatch bounds one client instance's pipeline of requests,
+	// as rpr's writer bounds its batches.
+	plainMaxBatch = 512
+)
+
+// servePlainRPC serves the plain echo on rdb until ctx ends: each worker
+// reads a batch, echoes every request to the reply stream it names, and
+// acknowledges the batch, all answers and the XACK in one pipeline.
+func servePlainRPC(ctx context.Context, rdb *redis.Client) error {
+	err := rdb.XGroupCreateMkStream(ctx, plainRequests, plainGroup, "$").Err()
+	if err != nil && err.Error() != "BUSYGROUP Consumer Group name already exists" {
+		return fmt.Errorf("plain RPC: creating group %s on %s: %w", plainGroup, plainRequests, err)
+	}
+	errs := make(chan error, plainWorkers)
+	for w := range plainWorkers {
+		go func() { errs <- plainWorker(ctx, rdb, "w"+strconv.Itoa(w)) }()
+	}
+	var first error
+	for range plainWorkers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func plainWorker(ctx context.Context, rdb *redis.Client, consumer string) error {
+	for ctx.Err() == nil {
+		streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: plainGroup, Consumer: consumer, Streams: []string{plainRequests, ">"},
+			Count: 64, Block: time.Second,
+		}).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return fmt.Errorf("plain RPC worker %s: read: %w", consumer, err)
+		}
+		pipe := rdb.Pipeline()
+		var ids []string
+		for _, msg := range streams[0].Messages {
+			ids = append(ids, msg.ID)
+			reply, _ := msg.Values["r"].(string)
+			id, _ := msg.Values["id"].(string)
+			raw, _ := msg.Values["p"].(string)
+			var in wrapperspb.BytesValue // decoded and encoded again, as a handler would
+			if reply == "" || proto.Unmarshal([]byte(raw), &in) != nil {
+				continue
+			}
+			out, _ := proto.Marshal(&in)
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: reply, MaxLen: 4096, Approx: true, Values: []any{"id", id, "p", out}})
+		}
+		pipe.XAck(ctx, plainRequests, plainGroup, ids...)
+		if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("plain RPC worker %s: answer: %w", consumer, err)
+		}
+	}
+	return nil
+}
+
+// PlainClients are client instances of the plain Streams RPC, each with
+// its own connections, reply stream, reader and pipelining sender.
+type PlainClients struct {
+	instances []*plainInstance
+}
+
+// StartPlainClients opens n plain client instances through the Redis at
+// redisURL.
+func StartPlainClients(ctx context.Context, redisURL string, n int) (*PlainClients, error) {
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("plain RPC clients: %w", err)
+	}
+	c := &PlainClients{}
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := range n {
+		c.instances = append(c.instances, startPlainInstance(redis.NewClient(opts), "plainrpc:reply:"+tag+":"+strconv.Itoa(i)))
+	}
+	return c, nil
+}
+
+// Call makes one echo call of in on instance worker mod the count.
+func (c *PlainClients) Call(ctx context.Context, worker int, in *wrapperspb.BytesValue) error {
+	return c.instances[worker%len(c.instances)].call(ctx, in)
+}
+
+// WaitServed makes one call on every instance, each within 15s.
+func (c *PlainClients) WaitServed(ctx context.Context) error {
+	for i, inst := range c.instances {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := inst.call(ctx, wrapperspb.Bytes([]byte("ready?")))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("plain RPC server does not answer client instance %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Close stops every instance, deletes its reply stream and closes its
+// connections.
+func (c *PlainClients) Close() {
+	for _, inst := range c.instances {
+		inst.close()
+	}
+	c.instances = nil
+}
+
+type plainInstance struct {
+	rdb    *redis.Client
+	reply  string
+	sends  chan *plainCall
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	next   atomic.Uint64
+
+	mu      sync.Mutex
+	waiting map[string]*plainCall
+}
+
+// plainCall is one call in flight; done receives its outcome once.
+type plainCall struct {
+	id, payload string
+	done        chan plainResult
+}
+
+type plainResult struct {
+	payload string
+	err     error
+}
+
+func startPlainInstance(rdb *redis.Client, reply string) *plainInstance {
+	p := &plainInstance{rdb: rdb, reply: reply, sends: make(chan *plainCall, 4096), waiting: map[string]*plainCall{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(2)
+	go p.send()
+	go p.read()
+	return p
+}
+
+func (p *plainInstance) call(ctx context.Context, in *wrapperspb.BytesValue) error {
+	raw, err := proto.Marshal(in)
+	if err != nil {
+		return err
+	}
+	c := &plainCall{id: strconv.FormatUint(p.next.Add(1), 10), payload: string(raw), done: make(chan plainResult, 1)}
+	p.mu.Lock()
+	p.waiting[c.id] = c
+	p.mu.Unlock()
+	select {
+	case p.sends <- c:
+	case <-ctx.Done():
+		p.forget(c.id)
+		return ctx.Err()
+	}
+	select {
+	case res := <-c.done:
+		if res.err != nil {
+			return res.err
+		}
+		return proto.Unmarshal([]byte(res.payload), new(wrapperspb.BytesValue))
+	case <-ctx.Done():
+		p.forget(c.id)
+		return ctx.Err()
+	}
+}
+
+// take removes and returns the call waiting under id, nil when none is.
+func (p *plainInstance) take(id string) *plainCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.waiting[id]
+	delete(p.waiting, id)
+	return c
+}
+
+func (p *plainInstance) forget(id string) { p.take(id) }
+
+// send writes whatever calls are queued as one pipeline of XADDs, one
+// pipeline in flight at a time.
+func (p *plainInstance) send() {
+	defer p.wg.Done()
+	batch := make([]*plainCall, 0, plainMaxBatch)
+	for {
+		select {
+		case c := <-p.sends:
+			batch = append(batch[:0], c)
+		case <-p.ctx.Done():
+			return
+		}
+	fill:
+		for len(batch) < plainMaxBatch {
+			select {
+			case c := <-p.sends:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		pipe := p.rdb.Pipeline()
+		for _, c := range batch {
+			pipe.XAdd(p.ctx, &redis.XAddArgs{Stream: plainRequests, MaxLen: 100_000, Approx: true,
+				Values: []any{"r", p.reply, "id", c.id, "p", c.payload}})
+		}
+		if _, err := pipe.Exec(p.ctx); err != nil {
+			for _, c := range batch {
+				if w := p.take(c.id); w != nil {
+					w.done <- plainResult{err: fmt.Errorf("plain RPC: send: %w", err)}
+				}
+			}
+		}
+	}
+}
+
+// read hands each answer on the reply stream to its waiting call.
+func (p *plainInstance) read() {
+	defer p.wg.Done()
+	last := "0-0" // the stream is new: nothing on it is missed
+	for p.ctx.Err() == nil {
+		streams, err := p.rdb.XRead(p.ctx, &redis.XReadArgs{Streams: []string{p.reply, last}, Count: 256, Block: 5 * time.Second}).Result()
+		if err != nil {
+			if !errors.Is(err, redis.Nil) && p.ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond) // a broken connection: read again
+			}
+			continue
+		}
+		for _, msg := range streams[0].Messages {
+			last = msg.ID
+			id, _ := msg.Values["id"].(string)
+			if c := p.take(id); c != nil {
+				payload, _ := msg.Values["p"].(string)
+				c.done <- plainResult{payload: payload}
+			}
+		}
+	}
+}
+
+// close stops the sender and the reader (closing the connections ends
+// the reader's blocked read) and deletes the reply stream.
+func (p *plainInstance) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = p.rdb.Del(ctx, p.reply).Err()
+	cancel()
+	p.cancel()
+	_ = p.rdb.Close()
+	p.wg.Wait()
+}
