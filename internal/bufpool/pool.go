@@ -23,10 +23,25 @@ const (
 // power of two up to MaxSize.
 const classes = 1 + steps*(maxShift-minShift)
 
+// Buffers of LargeSize and more are also kept outside sync.Pool, up to
+// KeptBytes in all per Pool: sync.Pool drops what sat through two
+// garbage collections, and a program echoing 1 MiB messages collects
+// every few calls, so about one buffer in ten came back allocated anew
+// (a third of a payload size per 1 MiB call). What is kept stays in
+// memory for the Pool's life, which KeptBytes bounds.
+const (
+	LargeSize = 64 << 10
+	KeptBytes = 16 << 20
+)
+
 // Pool hands out buffers by size class. The zero Pool is ready to use; a
 // Pool must not be copied after first use.
 type Pool struct {
 	classes [classes]sync.Pool
+
+	mu        sync.Mutex
+	kept      [classes][]*[]byte // large buffers no collection takes
+	keptBytes int
 }
 
 // classSize is the capacity of class c's buffers.
@@ -74,11 +89,44 @@ func (p *Pool) Get(size int) *[]byte {
 		b := make([]byte, 0, size)
 		return &b
 	}
+	if classSize(c) >= LargeSize {
+		if b := p.takeKept(c); b != nil {
+			return b
+		}
+	}
 	if b, ok := p.classes[c].Get().(*[]byte); ok {
 		return b
 	}
 	b := make([]byte, 0, classSize(c))
 	return &b
+}
+
+// takeKept returns a kept buffer of class c, nil when none is kept.
+func (p *Pool) takeKept(c int) *[]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.kept[c])
+	if n == 0 {
+		return nil
+	}
+	b := p.kept[c][n-1]
+	p.kept[c][n-1] = nil
+	p.kept[c] = p.kept[c][:n-1]
+	p.keptBytes -= cap(*b)
+	return b
+}
+
+// keep keeps b, of class c, when KeptBytes allows; it reports whether it
+// did.
+func (p *Pool) keep(c int, b *[]byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.keptBytes+cap(*b) > KeptBytes {
+		return false
+	}
+	p.kept[c] = append(p.kept[c], b)
+	p.keptBytes += cap(*b)
+	return true
 }
 
 // Put gives b back for reuse; nothing may read or write it afterwards. A
@@ -91,5 +139,8 @@ func (p *Pool) Put(b *[]byte) {
 		return
 	}
 	*b = (*b)[:0]
+	if cap(*b) >= LargeSize && p.keep(c, b) {
+		return
+	}
 	p.classes[c].Put(b)
 }

@@ -1,6 +1,9 @@
 package bufpool
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 func TestGetHoldsWhatIsAsked(t *testing.T) {
 	var p Pool
@@ -57,6 +60,44 @@ func TestClassSizes(t *testing.T) {
 			}
 			if class(prev+1) != c || fills(n-1) != c-1 {
 				t.Errorf("class %d: class(%d) = %d, fills(%d) = %d", c, prev+1, class(prev+1), n-1, fills(n-1))
+			}
+		}
+	}
+}
+
+// TestLargeBuffersOutliveCollections checks that a large buffer given
+// back is handed out again after garbage collections (which empty
+// sync.Pool), and that what is kept stays within KeptBytes.
+func TestLargeBuffersOutliveCollections(t *testing.T) {
+	var p Pool
+	b := p.Get(1 << 20)
+	p.Put(b)
+	runtime.GC()
+	runtime.GC()
+	if again := p.Get(1 << 20); again != b {
+		t.Errorf("Get(1 MiB) after two collections returned a new buffer, want the one given back")
+	}
+
+	var held []*[]byte
+	for range 3 * KeptBytes / (1 << 20) {
+		held = append(held, p.Get(1<<20))
+	}
+	for _, b := range held {
+		p.Put(b)
+	}
+	if p.keptBytes > KeptBytes {
+		t.Errorf("kept %d bytes, want at most KeptBytes (%d)", p.keptBytes, KeptBytes)
+	}
+	if p.keptBytes < KeptBytes-MaxSize {
+		t.Errorf("kept %d bytes of %d buffers given back, want close to KeptBytes (%d)", p.keptBytes, len(held), KeptBytes)
+	}
+
+	small := p.Get(LargeSize / 2)
+	p.Put(small)
+	for _, kept := range p.kept {
+		for _, k := range kept {
+			if k == small {
+				t.Errorf("a buffer below LargeSize was kept outside sync.Pool")
 			}
 		}
 	}
