@@ -36,6 +36,7 @@ type clientService struct {
 	routes     clientRoutes
 	shards     shardPicker
 	kick       chan struct{} // asks the watcher for a refresh now
+	doze       serviceDoze
 
 	respMu    sync.Mutex                                // serializes opening response streams
 	responses [MaxShards]atomic.Pointer[responseStream] // by shard; nil until a unary call needs it
@@ -142,6 +143,7 @@ func (c *Client) service(ctx context.Context, name string, configuredShards int)
 			kick:             make(chan struct{}, 1),
 		}
 		s.shards.count.Store(1) // until the recorded count is read: shard 0 is always served
+		s.doze.markUsed(time.Now())
 		c.services[name] = s
 		c.wg.Add(1)
 		go c.startService(s)
@@ -158,6 +160,7 @@ func (c *Client) service(ctx context.Context, name string, configuredShards int)
 	if s.err != nil {
 		return nil, s.err
 	}
+	c.use(ctx, s)
 	return s, nil
 }
 
@@ -336,7 +339,8 @@ func (c *Client) observeShards(s *clientService, count *redis.StringCmd) {
 }
 
 // watch refreshes s every wire.BeatInterval, and at once when its routing
-// table changes, until the client closes.
+// table changes, until the client closes; while s dozes (see
+// serviceDoze) it only keeps s's response streams alive.
 func (c *Client) watch(s *clientService) {
 	defer c.wg.Done()
 	t := time.NewTicker(wire.BeatInterval)
@@ -347,6 +351,9 @@ func (c *Client) watch(s *clientService) {
 			return
 		case <-t.C:
 		case <-s.kick:
+		}
+		if c.dozes(s, time.Now()) {
+			continue // the next call reads the state, routes included
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, wire.BeatInterval*3)
 		if err := c.refresh(ctx, s); err != nil && c.ctx.Err() == nil {

@@ -61,14 +61,16 @@
 //
 // The caller (1) makes its response stream once per shard: XGROUP CREATE
 // T:resp:<client> client $ MKSTREAM, PEXPIRE 60s, renewed every second
-// while it lives; (2) writes the Request (Kind KindUnary, Deadline set,
+// while it lives (every 20 s once it has made no call and had no stream
+// open for 10 s: nothing reads the TTL of a caller without streams); (2) writes the Request (Kind KindUnary, Deadline set,
 // ReplyTo its response stream, Attempt from 1) with XADD T:req[:lane] * e
 // <envelope>, remembering the entry id; (3) reads its stream with
 // XREADGROUP GROUP client <client> COUNT n BLOCK t NOACK STREAMS <stream> >
 // and matches answers to calls by Response.ID; answers already read are
 // trimmed with XTRIM MINID. Before sending it checks that the lane has a
 // live worker (Worker.LiveAt) and, against a backlog figure refreshed each
-// second, that the queue is below its cap.
+// second (and before the first call after 10 s without one), that the
+// queue is below its cap.
 //
 // A server reads T:req[:lane] with XREADGROUP GROUP workers <worker>. A
 // unary request delivered for the first time and within its deadline runs
