@@ -62,13 +62,14 @@ func BenchmarkUnaryEcho(b *testing.B) {
 }
 
 // startEchoServer serves the echo service's Echo method, answering with
-// the request, until the benchmark ends.
-func startEchoServer(b *testing.B, rdb redis.UniversalClient, opts tunnel.ServerOptions) {
-	startServer(b, rdb, opts, func(s *tunnel.Server) {
+// the request, until the test ends or stop is called.
+func startEchoServer(tb testing.TB, rdb redis.UniversalClient, opts tunnel.ServerOptions) (stop func()) {
+	_, stop = startServer(tb, rdb, opts, func(s *tunnel.Server) {
 		s.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 			return in, nil
 		}})
 	})
+	return stop
 }
 
 // waitAnswered waits until a call of m through client succeeds: the

@@ -25,11 +25,7 @@ func TestClientQuietWhenUnused(t *testing.T) {
 	sent := &redisinfo.Sent{}
 	clientRDB := rs.Client(t)
 	clientRDB.AddHook(sent)
-	_, stop := startServer(t, rs.Client(t), tunnel.ServerOptions{Logger: quiet}, func(s *tunnel.Server) {
-		s.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-			return in, nil
-		}})
-	})
+	stop := startEchoServer(t, rs.Client(t), tunnel.ServerOptions{Logger: quiet})
 	client, err := tunnel.NewClient(clientRDB, tunnel.ClientOptions{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
