@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,7 @@ const (
 // acknowledges the batch, all answers and the XACK in one pipeline.
 func servePlainRPC(ctx context.Context, rdb *redis.Client) error {
 	err := rdb.XGroupCreateMkStream(ctx, plainRequests, plainGroup, "$").Err()
-	if err != nil && err.Error() != "BUSYGROUP Consumer Group name already exists" {
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("plain RPC: creating group %s on %s: %w", plainGroup, plainRequests, err)
 	}
 	errs := make(chan error, plainWorkers)
@@ -183,7 +184,7 @@ func (p *plainInstance) call(ctx context.Context, in *wrapperspb.BytesValue) err
 	select {
 	case p.sends <- c:
 	case <-ctx.Done():
-		p.forget(c.id)
+		p.take(c.id)
 		return ctx.Err()
 	}
 	select {
@@ -193,7 +194,7 @@ func (p *plainInstance) call(ctx context.Context, in *wrapperspb.BytesValue) err
 		}
 		return proto.Unmarshal([]byte(res.payload), new(wrapperspb.BytesValue))
 	case <-ctx.Done():
-		p.forget(c.id)
+		p.take(c.id)
 		return ctx.Err()
 	}
 }
@@ -206,8 +207,6 @@ func (p *plainInstance) take(id string) *plainCall {
 	delete(p.waiting, id)
 	return c
 }
-
-func (p *plainInstance) forget(id string) { p.take(id) }
 
 // send writes whatever calls are queued as one pipeline of XADDs, one
 // pipeline in flight at a time.
