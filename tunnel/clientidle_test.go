@@ -20,6 +20,7 @@ import (
 // that left while the client was quiet is known gone at once, and the
 // call fails fast with UNAVAILABLE instead of waiting out its deadline.
 func TestClientQuietWhenUnused(t *testing.T) {
+	t.Parallel() // mostly waiting out quiet spells
 	rs := redistest.Start(t)
 	quiet := slog.New(slog.DiscardHandler)
 	sent := &redisinfo.Sent{}
