@@ -82,7 +82,9 @@ var serverCommands = []string{
 // count) and their cancel and handoff channels; XADD, TYPE and EXISTS on
 // callers' response streams, write permission only (the scripts that
 // answer are given them, so EVALSHA and EVAL get them in a selector of
-// their own); nothing on routes, limits or rate-limit counters.
+// their own), and PTTL on them, read permission only (a server ends the
+// streams of a caller that stopped renewing its response stream);
+// nothing on routes, limits or rate-limit counters.
 func ForServer(services []string, opts Options) (User, error) {
 	if err := checkServices(services); err != nil {
 		return User{}, fmt.Errorf("rpr acl server: %w", err)
@@ -112,6 +114,7 @@ func ForServer(services []string, opts Options) (User, error) {
 	rules = append(rules, "+publish", "+subscribe", "+unsubscribe",
 		selector("~", slices.Concat(own, responses), "evalsha", "eval"),
 		selector("%W~", responses, "xadd", "type", "exists"),
+		selector("%R~", responses, "pttl"),
 	)
 	if opts.Upstreams {
 		rules = append(rules, upstreamRules(keys, services)...)

@@ -120,7 +120,9 @@ func TestACLRolesOnShardedServiceInCluster(t *testing.T) {
 	}
 	<-impl.ended
 
-	cd, err := greeterClient.Countdown(ctx, &greeterv1.CountdownRequest{From: 2, IntervalMs: 1})
+	// Open for over a second: the server checks its streams' callers (a
+	// PTTL of each one's response stream) every second.
+	cd, err := greeterClient.Countdown(ctx, &greeterv1.CountdownRequest{From: 2, IntervalMs: 1100})
 	if err != nil {
 		t.Fatalf("Countdown: %v", err)
 	}

@@ -264,7 +264,9 @@ func TestACLRolesRunUnderPrintedRules(t *testing.T) {
 		}
 	})
 	t.Run("streams", func(t *testing.T) {
-		cd, err := greeterClient.Countdown(ctx, &greeterv1.CountdownRequest{From: 3, IntervalMs: 1})
+		// Open for over a second: the server checks its streams' callers
+		// (a PTTL of each one's response stream) every second.
+		cd, err := greeterClient.Countdown(ctx, &greeterv1.CountdownRequest{From: 3, IntervalMs: 600})
 		if err != nil {
 			t.Fatalf("Countdown: %v", err)
 		}
