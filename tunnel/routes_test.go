@@ -229,7 +229,19 @@ func TestGrayReleaseWeights(t *testing.T) {
 	start := time.Now()
 	setRoute(t, table, lanesService+"/*", "v2")
 	took := waitRouted(t, client, "v2", start)
-	// Once one call has seen the new table, every later one must.
+	// The old table sends a tenth of the calls to v2 too, so one call in
+	// v2 does not show that the client reads the new one: 30 in a row do
+	// (10^-30 by chance). Once it does, every later call must go to v2.
+	for streak := 0; streak < 30; {
+		if got, err := which(context.Background(), client, 0); err == nil && got == "v2" {
+			streak++
+		} else {
+			streak = 0
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("calls did not all go to v2 within 20s of the switch")
+		}
+	}
 	for i := range 100 {
 		if got, err := which(context.Background(), client, 0); err != nil || got != "v2" {
 			t.Fatalf("call %d after the switch went to %q (err %v), want v2", i, got, err)

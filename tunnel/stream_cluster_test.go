@@ -104,15 +104,7 @@ func TestStreamClusterShardedKeys(t *testing.T) {
 		}
 		return &tunnel.GenericClientStream[flowMsg, flowMsg]{ClientStream: s}, id, nil
 	}
-	waitFor(t, "the sharded service to take streams", func() bool {
-		s, _, err := open("Both")
-		if err != nil || s.Send(wrapperspb.Bytes([]byte("ping"))) != nil {
-			return false
-		}
-		_, err = s.Recv()
-		_ = s.CloseSend()
-		return err == nil
-	})
+	waitFor(t, "the sharded service to take streams", func() bool { return pingBoth(client, method("Both")) })
 
 	// 24 watch-style streams, and 4 each of the other kinds, all kept open.
 	var ids []string

@@ -69,6 +69,29 @@ func flowMethod(name string) *tunnel.MethodDesc {
 	panic(name)
 }
 
+// pingBoth opens a Both stream of m through c, sends one message and
+// reports whether it came back, ending the stream either way before it
+// returns: while a server is not up yet, failed pings open the client's
+// circuit breaker, and the ping that then succeeds is its half-open
+// probe until its stream ends, refusing other calls meanwhile.
+func pingBoth(c *tunnel.Client, m *tunnel.MethodDesc) bool {
+	raw, err := c.NewStream(context.Background(), m)
+	if err != nil {
+		return false
+	}
+	s := &tunnel.GenericClientStream[flowMsg, flowMsg]{ClientStream: raw}
+	defer func() {
+		_ = s.CloseSend()
+		for s.RecvMsg(new(flowMsg)) == nil { // until the stream's end
+		}
+	}()
+	if s.Send(wrapperspb.Bytes([]byte("ping"))) != nil {
+		return false
+	}
+	_, err = s.Recv()
+	return err == nil
+}
+
 const (
 	flowClientID = "flow-client"
 	flowWorkerID = "flow-worker"

@@ -116,19 +116,7 @@ func TestStreamWorkerGone(t *testing.T) {
 		}
 		return &tunnel.GenericClientStream[flowMsg, flowMsg]{ClientStream: s}, id
 	}
-	waitFor(t, "the victim to take streams", func() bool {
-		raw, err := c.NewStream(ctx, flowMethod("Both"))
-		if err != nil {
-			return false
-		}
-		s := &tunnel.GenericClientStream[flowMsg, flowMsg]{ClientStream: raw}
-		if s.Send(wrapperspb.Bytes([]byte("ping"))) != nil {
-			return false
-		}
-		_, err = s.Recv()
-		_ = s.CloseSend()
-		return err == nil
-	})
+	waitFor(t, "the victim to take streams", func() bool { return pingBoth(c, flowMethod("Both")) })
 
 	down, downID := open("Down")
 	if err := down.Send(wrapperspb.Bytes(nil)); err != nil {
