@@ -26,13 +26,8 @@ func BenchmarkUnaryEchoLarge(b *testing.B) {
 	rdb := rs.Client(b)
 	quiet := slog.New(slog.DiscardHandler)
 	startEchoServer(b, rdb, tunnel.ServerOptions{Concurrency: 64, Logger: quiet})
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
+	client := echoClient(b, rdb)
 	echo := method("Echo")
-	waitAnswered(b, client, echo)
 	for _, size := range []int{64 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("payload=%dKiB", size>>10), func(b *testing.B) {
 			in := wrapperspb.String(strings.Repeat("x", size))

@@ -39,14 +39,9 @@ func BenchmarkUnaryEcho(b *testing.B) {
 	rdb.AddHook(sent)
 	quiet := slog.New(slog.DiscardHandler)
 	startEchoServer(b, rdb, tunnel.ServerOptions{Concurrency: 256, Logger: quiet})
-	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
+	client := echoClient(b, rdb)
 	ctx := context.Background()
 	echo := method("Echo")
-	waitAnswered(b, client, echo)
 
 	in := wrapperspb.String("hello")
 	runConcurrent(b, func() error {
@@ -70,6 +65,19 @@ func startEchoServer(tb testing.TB, rdb redis.UniversalClient, opts tunnel.Serve
 		}})
 	})
 	return stop
+}
+
+// echoClient opens a client on rdb, its logs discarded and closed when
+// the test ends, and waits until the echo server answers it.
+func echoClient(tb testing.TB, rdb redis.UniversalClient) *tunnel.Client {
+	tb.Helper()
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = client.Close() })
+	waitAnswered(tb, client, method("Echo"))
+	return client
 }
 
 // waitAnswered waits until a call of m through client succeeds: the

@@ -81,18 +81,16 @@ func (c *Client) dozes(s *clientService, now time.Time) bool {
 	if !s.doze.unusedSince(now.Add(-clientIdleAfter)) || s.openStreams() > 0 {
 		return false
 	}
-	if !s.doze.dozing.Load() {
-		s.doze.dozing.Store(true)
-		if !s.doze.unusedSince(now.Add(-clientIdleAfter)) { // a call came in between
-			s.doze.dozing.Store(false)
-			return false
-		}
+	// A call that slips in just before the flag is set goes on with the
+	// state of a second ago, as any call between refreshes does; the
+	// next call reads it afresh.
+	if !s.doze.dozing.Swap(true) {
 		s.doze.renewed = now
 		return true
 	}
 	if now.Sub(s.doze.renewed) >= dozeRenewEvery {
 		ctx, cancel := context.WithTimeout(c.ctx, wire.BeatInterval*3)
-		if err := c.renewResponseStreams(ctx, s); err != nil && c.ctx.Err() == nil {
+		if err := c.renewStreams(ctx, s); err != nil && c.ctx.Err() == nil {
 			c.log.Warn("rpr: renew response streams", "service", s.name, "error", err)
 		} else {
 			s.doze.renewed = now
@@ -102,23 +100,36 @@ func (c *Client) dozes(s *clientService, now time.Time) bool {
 	return true
 }
 
-// renewResponseStreams extends the life of s's response streams in one
-// round trip, and recreates one that disappeared.
-func (c *Client) renewResponseStreams(ctx context.Context, s *clientService) error {
+// renewStreams extends the life of s's response streams in one round
+// trip, and recreates one that disappeared.
+func (c *Client) renewStreams(ctx context.Context, s *clientService) error {
 	streams := s.responseStreams()
 	if len(streams) == 0 {
 		return nil
 	}
 	pipe := c.rdb.Pipeline()
+	expires := renewResponseStreams(ctx, pipe, streams)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err // tried again on the next tick
+	}
+	return c.recreateExpired(ctx, streams, expires)
+}
+
+// renewResponseStreams queues on pipe the renewal of each stream's
+// expiry; a refresh does it too.
+func renewResponseStreams(ctx context.Context, pipe redis.Pipeliner, streams []*responseStream) []*redis.BoolCmd {
 	expires := make([]*redis.BoolCmd, len(streams))
 	for i, rs := range streams {
 		expires[i] = pipe.PExpire(ctx, rs.key, responseStreamTTL)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return err
-	}
+	return expires
+}
+
+// recreateExpired recreates each stream whose renewal found it gone
+// (Redis restarted or evicted it); a failed renewal proves nothing.
+func (c *Client) recreateExpired(ctx context.Context, streams []*responseStream, expires []*redis.BoolCmd) error {
 	for i, rs := range streams {
-		if !expires[i].Val() {
+		if expires[i].Err() == nil && !expires[i].Val() {
 			if err := c.createResponseStream(ctx, rs); err != nil {
 				return err
 			}

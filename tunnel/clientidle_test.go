@@ -27,13 +27,8 @@ func TestClientQuietWhenUnused(t *testing.T) {
 	clientRDB := rs.Client(t)
 	clientRDB.AddHook(sent)
 	stop := startEchoServer(t, rs.Client(t), tunnel.ServerOptions{Logger: quiet})
-	client, err := tunnel.NewClient(clientRDB, tunnel.ClientOptions{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := echoClient(t, clientRDB)
 	echo := method("Echo")
-	waitAnswered(t, client, echo)
 
 	// Quiet: over a two-second window, at most the response reader's
 	// blocked read (one each five seconds) where a refreshing client
@@ -59,7 +54,7 @@ func TestClientQuietWhenUnused(t *testing.T) {
 	stop()
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = client.Invoke(ctx, echo, wrapperspb.String("server gone"), new(wrapperspb.StringValue))
+	err := client.Invoke(ctx, echo, wrapperspb.String("server gone"), new(wrapperspb.StringValue))
 	if tunnel.CodeOf(err) != tunnel.Unavailable {
 		t.Fatalf("a call after the server left during a quiet spell: %v (%v), want UNAVAILABLE", tunnel.CodeOf(err), err)
 	}

@@ -264,11 +264,10 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 		}
 	}
 	streams := s.responseStreams()
-	expires := make([]*redis.BoolCmd, len(streams))
+	expires := renewResponseStreams(ctx, pipe, streams)
 	trims := make([]*redis.IntCmd, len(streams))
 	trimTo := make([]string, len(streams))
 	for i, rs := range streams {
-		expires[i] = pipe.PExpire(ctx, rs.key, responseStreamTTL)
 		if last, _ := rs.lastRead.Load().(string); last != "" && last != rs.trimmed.Load() {
 			trims[i], trimTo[i] = pipe.XTrimMinID(ctx, rs.key, last), last // only when more was read: an idle client sends none
 		}
@@ -307,13 +306,8 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 		if trims[i] != nil && trims[i].Err() == nil {
 			rs.trimmed.Store(trimTo[i])
 		}
-		if expires[i].Err() == nil && !expires[i].Val() {
-			if err := c.createResponseStream(ctx, rs); err != nil {
-				return err
-			}
-		}
 	}
-	return nil
+	return c.recreateExpired(ctx, streams, expires)
 }
 
 // observeShards follows the service's recorded shard count (GET's reply;
