@@ -381,6 +381,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	}
 
 	deadline, _ := ctx.Deadline()
+	sentAt := time.Now()
 	envelope, err := c.encodeRequestPooled(&wire.Request{
 		Version:  wire.Version,
 		ID:       rid,
@@ -388,7 +389,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		Deadline: c.clock.toRedis(deadline),
 		Header:   call.cfg.header,
 		ReplyTo:  responses.key,
-		Enqueued: c.clock.toRedis(time.Now()),
+		Enqueued: c.clock.toRedis(sentAt),
 		Attempt:  attempt,
 		Kind:     wire.KindUnary,
 		Payload:  call.payload,
@@ -412,7 +413,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
 	}
 	if err != nil { // the context ended while waiting to queue: nothing was sent
-		return c.gaveUp(ctx, call, false, "")
+		return c.gaveUp(ctx, svc, call, sentAt, false, "")
 	}
 
 	// One wake-up per call: the response, a failed send (delivered through
@@ -430,9 +431,9 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		// its entry id: the send's reply is due any moment.
 		if send.abandon() {
 			send.releaseEnvelope() // withdrawn before a flusher took it
-			return c.gaveUp(ctx, call, false, "")
+			return c.gaveUp(ctx, svc, call, sentAt, false, "")
 		}
-		return c.gaveUp(ctx, call, true, send.awaitEntryID(arbiterBudget))
+		return c.gaveUp(ctx, svc, call, sentAt, true, send.awaitEntryID(arbiterBudget))
 	}
 }
 

@@ -38,6 +38,11 @@ type clientService struct {
 	kick       chan struct{} // asks the watcher for a refresh now
 	doze       serviceDoze
 
+	// terms are the terms the shards' masters were seen in: a "never
+	// ran" must come from the term that held the request (see termLog).
+	terms       shardTerms
+	termsWarned atomic.Bool
+
 	respMu    sync.Mutex                                // serializes opening response streams
 	responses [MaxShards]atomic.Pointer[responseStream] // by shard; nil until a unary call needs it
 
@@ -143,6 +148,7 @@ func (c *Client) service(ctx context.Context, name string, configuredShards int)
 			kick:             make(chan struct{}, 1),
 		}
 		s.shards.count.Store(1) // until the recorded count is read: shard 0 is always served
+		_, s.terms.perShard = c.rdb.(*redis.ClusterClient)
 		s.doze.markUsed(time.Now())
 		c.services[name] = s
 		c.wg.Add(1)
@@ -256,8 +262,10 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	count := pipe.Get(ctx, c.keys.ShardCount(s.name))
 	limits := pipe.HGetAll(ctx, c.keys.Limits(s.name)) // rate limits
 	lanes := append([]string{DefaultLane}, s.routes.lanes()...)
+	shards := int(s.shards.count.Load())
+	probes := c.queueTermProbes(ctx, pipe, s, shards)
 	var queued []*redis.IntCmd
-	for shard := range int(s.shards.count.Load()) {
+	for shard := range shards {
 		sk := c.keys.Shard(s.name, shard)
 		for _, lane := range lanes {
 			queued = append(queued, pipe.XLen(ctx, sk.Requests(lane)), pipe.ZCard(ctx, sk.Retries(lane)))
@@ -273,6 +281,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command is judged below
+	c.observeTerms(ctx, s, probes)
 	for _, cmd := range []redis.Cmder{timeCmd, workers} {
 		if err := cmd.Err(); err != nil {
 			return err

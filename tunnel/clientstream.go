@@ -153,6 +153,7 @@ type clientStream struct {
 	mu         sync.Mutex
 	opened     bool
 	openSent   chan struct{} // closed once the open's send finished
+	openedAt   time.Time     // when the open was made, before its send
 	entryID    string        // the open's entry, once Redis took it
 	first      []byte        // a server-streaming call's request, held for the open
 	hasFirst   bool
@@ -337,6 +338,7 @@ func (cs *clientStream) open(first []byte, hasFirst, closed bool) error {
 		return nil
 	}
 	cs.opened = true
+	cs.openedAt = time.Now()
 	cs.openSent = make(chan struct{})
 	cs.mu.Unlock()
 	defer close(cs.openSent)
@@ -348,7 +350,7 @@ func (cs *clientStream) open(first []byte, hasFirst, closed bool) error {
 		Deadline:    c.clock.toRedis(cs.deadline),
 		Header:      cs.started.cfg.header,
 		ReplyTo:     cs.replyTo,
-		Enqueued:    c.clock.toRedis(time.Now()),
+		Enqueued:    c.clock.toRedis(cs.openedAt),
 		Attempt:     1,
 		Kind:        wire.KindStream,
 		Window:      cs.window.Messages,

@@ -169,17 +169,29 @@ func (cs *clientStream) callerGaveUp(caller context.Context) {
 		return
 	}
 	cs.awaitOpenSent()
-	won, state, err := cs.arbitrate(mark)
+	settled, err := cs.arbitrate(mark)
+	state := settled.Found
 	switch {
 	case err != nil:
 		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (could not reach Redis to settle it: %v)", prefix, err), nil, nil)
-	case won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
+	case (settled.Won || state == wire.StateTimeout || state == wire.StateCancelled) && !cs.sameTerm(settled):
+		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (%s)", prefix, lostTermNote), nil, nil)
+	case settled.Won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
 		cs.finish(notExecutedf(code, "%s before a worker took the stream; it was not executed and will not be", prefix), nil, nil)
 	case state == store.ArbiterUnknown:
 		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (Redis's reply to its open was lost)", prefix), nil, nil)
 	default:
 		cs.finish(Errorf(code, "%s as a worker took the stream; the request may have had effects", prefix), nil, nil)
 	}
+}
+
+// sameTerm reports whether the arbiter's "no worker took it" was
+// settled by the master that held the open when it was sent.
+func (cs *clientStream) sameTerm(settled store.Settled) bool {
+	cs.mu.Lock()
+	sentAt := cs.openedAt
+	cs.mu.Unlock()
+	return cs.svc.sameTerm(cs.shard, sentAt, settled)
 }
 
 // awaitOpenSent waits, at most arbiterBudget, for the open's send to
@@ -212,13 +224,16 @@ func (cs *clientStream) acceptTimedOut() {
 		return
 	}
 	cs.awaitOpenSent()
-	won, state, err := cs.arbitrate(wire.StateTimeout)
+	settled, err := cs.arbitrate(wire.StateTimeout)
+	state := settled.Found
 	switch {
 	case err != nil:
 		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it since is unknown (could not reach Redis to settle it: %v)", prefix, err), nil, nil)
 	case state == store.ArbiterUnknown:
 		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it is unknown (Redis's reply to its open was lost)", prefix), nil, nil)
-	case won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
+	case (settled.Won || state == wire.StateTimeout || state == wire.StateCancelled) && !cs.sameTerm(settled):
+		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it is unknown (%s)", prefix, lostTermNote), nil, nil)
+	case settled.Won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
 		cs.finish(notExecutedf(DeadlineExceeded, "%s; it was not executed and will not be (are the servers overloaded? rpr stats)", prefix), nil, nil)
 	case state == wire.StateProcessing:
 		// A worker has just taken it: its accept frame is on its way.
@@ -238,7 +253,7 @@ func (cs *clientStream) workerGone() {
 
 // arbitrate runs the arbiter on the stream's open: it marks the open so
 // that no worker takes it any more, unless one took it already.
-func (cs *clientStream) arbitrate(mark string) (won bool, state string, err error) {
+func (cs *clientStream) arbitrate(mark string) (store.Settled, error) {
 	c := cs.c
 	cs.mu.Lock()
 	entryID := cs.entryID
@@ -261,7 +276,7 @@ func (cs *clientStream) cancelServer() {
 	retry := newBackoff(100*time.Millisecond, 2*time.Second)
 	var err error
 	for range cancelServerTries {
-		if _, _, err = cs.arbitrate(wire.StateCancelled); err == nil {
+		if _, err = cs.arbitrate(wire.StateCancelled); err == nil {
 			return
 		}
 		if retry.wait(cs.c.ctx); cs.c.ctx.Err() != nil {

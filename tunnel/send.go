@@ -107,6 +107,10 @@ func (op *sendOp) awaitEntryID(budget time.Duration) string {
 	}
 }
 
+// lostTermNote is why a "never ran" settled by another master term
+// than the one that held the request proves nothing (see termLog).
+const lostTermNote = "Redis failed over or restarted since the request was sent, and the master that took over may have lost the record of a worker taking it"
+
 // arbiterBudget bounds the one round trip a call makes after its deadline
 // or cancellation to settle whether the request ran, so that a stalled
 // Redis delays the caller by at most this much.
@@ -114,9 +118,10 @@ const arbiterBudget = 500 * time.Millisecond
 
 // gaveUp ends a call whose context ended: it marks the request TIMEOUT or
 // CANCELLED unless a worker got to it first, which is what tells the caller
-// whether it provably did not run (NotExecuted). A request that never left
-// this process needs no mark.
-func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool, entryID string) error {
+// whether it provably did not run (NotExecuted), if the master that
+// settles it held it since it was sent at sentAt (sameTerm). A request
+// that never left this process needs no mark.
+func (c *Client) gaveUp(ctx context.Context, svc *clientService, call *outgoingCall, sentAt time.Time, maybeSent bool, entryID string) error {
 	code, mark, what := DeadlineExceeded, wire.StateTimeout, "deadline exceeded"
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code, mark, what = Canceled, wire.StateCancelled, "call cancelled by the caller"
@@ -131,12 +136,15 @@ func (c *Client) gaveUp(ctx context.Context, call *outgoingCall, maybeSent bool,
 	shard := c.keys.Shard(service, call.shard)
 	arbiter := store.NewArbiter(shard, shard.Requests(call.lane), c.keys.Cancels(service), call.id, c.cancelMessage(service, call.id), entryID, mark, stateMargin)
 	store.Run(actx, c.rdb, &arbiter.Call)
-	won, state, err := arbiter.Result()
+	settled, err := arbiter.Result()
 	if err != nil {
 		return Errorf(code, "%s; whether it was executed is unknown (could not reach Redis to settle it: %v)", prefix, err)
 	}
+	state := settled.Found
 	switch {
-	case won || state == wire.StateTimeout || state == wire.StateCancelled:
+	case (settled.Won || state == wire.StateTimeout || state == wire.StateCancelled) && !svc.sameTerm(call.shard, sentAt, settled):
+		return Errorf(code, "%s; whether it was executed is unknown (%s; it will not run from now on)", prefix, lostTermNote)
+	case settled.Won || state == wire.StateTimeout || state == wire.StateCancelled:
 		return notExecutedf(code, "%s while the request waited in the queue; it was not executed and will not be", prefix)
 	case state == wire.StateProcessing || state == store.ArbiterDelivered:
 		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)

@@ -52,7 +52,12 @@ func TestCallerNeverReadsRequestStreams(t *testing.T) {
 		}
 	}
 	if strings.Contains(u.Command(), "+@all") || strings.Contains(u.Command(), "+info ") {
-		t.Errorf("caller gets +@all or INFO: %s", u.Command())
+		t.Errorf("caller gets +@all or the whole of INFO: %s", u.Command())
+	}
+	for _, section := range []string{"+info|server ", "+info|replication "} {
+		if !strings.Contains(u.Command(), section) {
+			t.Errorf("caller lacks %s(its failover check needs it): %s", section, u.Command())
+		}
 	}
 }
 

@@ -35,7 +35,12 @@
 // count (never writes them), writes frames to workers' inboxes (XADD
 // only), owns its response streams (resp:<ClientID>*, every command the
 // client reads them with), publishes cancels and subscribes to route
-// changes. It cannot read another service's keys, read or join the
+// changes. It runs INFO server and INFO replication, and no other
+// section: their run_id and master_replid tell it whether Redis
+// restarted or failed over while a call it gave up on waited, when the
+// arbiter's "never ran" would not hold; they show the Redis process's
+// version, ports and paths and its replicas' addresses, none of the
+// data. It cannot read another service's keys, read or join the
 // workers group, beat into the workers hash, or change routes, limits or
 // the shard count.
 //

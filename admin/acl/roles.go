@@ -24,7 +24,10 @@ import (
 //     read permission only;
 //   - its own response streams: what the client reads them with;
 //   - the cancel channel (PUBLISH) and the route-change channel
-//     (SUBSCRIBE).
+//     (SUBSCRIBE);
+//   - INFO server and INFO replication, whose run_id and master_replid
+//     tell it whether Redis restarted or failed over while a call it
+//     gave up on waited (the arbiter's "never ran" would not hold).
 func ForCaller(services []string, opts Options) (User, error) {
 	if err := checkServices(services); err != nil {
 		return User{}, fmt.Errorf("rpr acl caller: %w", err)
@@ -45,7 +48,7 @@ func ForCaller(services []string, opts Options) (User, error) {
 	cancels := perService(services, func(s string) []string { return []string{keys.Cancels(s)} })
 	changes := perService(services, func(s string) []string { return []string{keys.RoutesChanged(s)} })
 
-	rules = append(rules, "+publish", "+unsubscribe")
+	rules = append(rules, "+publish", "+unsubscribe", "+info|server", "+info|replication")
 	rules = append(rules, channels(cancels)...)
 	rules = append(rules,
 		selector("~", slices.Concat(reqs, rets, states, rates), "evalsha", "eval"),

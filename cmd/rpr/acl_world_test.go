@@ -319,6 +319,9 @@ func TestACLRolesRunUnderPrintedRules(t *testing.T) {
 	if lines := logs.Lines("NOPERM"); len(lines) > 0 {
 		t.Fatalf("rpr logged refusals:\n%s", strings.Join(lines, "\n"))
 	}
+	if lines := logs.Lines("refuses INFO"); len(lines) > 0 {
+		t.Fatalf("the caller cannot read the master's term:\n%s", strings.Join(lines, "\n"))
+	}
 
 	checkACLRefusals(t, callerRDB, serverRDB)
 }

@@ -24,9 +24,12 @@ import (
 //	ARGV[3] cancel channel        ARGV[4] cancel message (see wire.ParseCancel)
 //	ARGV[5] entry id, '' when unknown   ARGV[6] consumer group
 //
-// Returns {1, ARGV[1]} when the request will never run, or {0, what}:
-// the state found, 'DELIVERED', 'FINISHED', or 'UNKNOWN'.
-var arbiterScript = newScript("arbiter", `
+// Returns {1, ARGV[1], term} when the request will never run, or {0,
+// what, term}: the state found, 'DELIVERED', 'FINISHED', or 'UNKNOWN'.
+// term (node_term) is the master's that settled a mark, its own or a
+// TIMEOUT or CANCELLED found, and empty otherwise: a "never runs" holds only
+// if the term that held the request when it was sent settled it.
+var arbiterScript = newScript("arbiter", termLua+`
 local st, stream, mark, entry = KEYS[1], KEYS[2], ARGV[1], ARGV[5]
 local function stamp()
   redis.call('HSET', st, 'marked_ms', now_ms())
@@ -37,9 +40,10 @@ if state then
   if state == 'PROCESSING' and mark == 'CANCELLED' then
     redis.call('PUBLISH', ARGV[3], ARGV[4])
   end
-  return {0, state}
+  if state == 'TIMEOUT' or state == 'CANCELLED' then return {0, state, node_term()} end
+  return {0, state, ''}
 end
-if entry == '' then return {0, 'UNKNOWN'} end
+if entry == '' then return {0, 'UNKNOWN', ''} end
 -- No consumer group (Redis lost it, or no server ever started on this
 -- lane: NOGROUP) means no worker can have read the entry. Any other error
 -- (an ACL that refuses XPENDING) is raised: counting it as "not
@@ -51,7 +55,7 @@ elseif #pending > 0 then
   redis.call('HSET', st, 'state', mark)
   stamp()
   if mark == 'CANCELLED' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
-  return {0, 'DELIVERED'}
+  return {0, 'DELIVERED', ''}
 end
 -- Not delivered: withdraw it. XDEL says whether the entry was there, so
 -- the caller never reads the request stream (its ACL role needs no read
@@ -59,9 +63,9 @@ end
 if redis.call('XDEL', stream, entry) == 1 then
   redis.call('HSET', st, 'state', mark)
   stamp()
-  return {1, mark}
+  return {1, mark, node_term()}
 end
-return {0, 'FINISHED'}
+return {0, 'FINISHED', ''}
 `)
 
 // What the arbiter found, besides a state, when it could not mark a
@@ -89,19 +93,31 @@ func NewArbiter(sk Shard, stream, cancels, id, cancelMsg, entryID, mark string, 
 		args: []any{mark, ttl.Milliseconds(), cancels, cancelMsg, entryID, WorkersGroup}}}
 }
 
-// Result returns whether the mark won (the request never ran and never
-// will), and otherwise what was found: a state, ArbiterDelivered,
-// ArbiterFinished or ArbiterUnknown.
-func (a *Arbiter) Result() (won bool, found string, err error) {
+// Settled is what the arbiter found and did.
+type Settled struct {
+	// Won is whether the mark won: the master that settled it knows of
+	// no worker that took the request, which now never will.
+	Won bool
+	// Found is the mark when it won, and otherwise what was found: a
+	// state, ArbiterDelivered, ArbiterFinished or ArbiterUnknown.
+	Found string
+	// Term is the term of the master that settled a mark (Won, or a
+	// TIMEOUT or CANCELLED state found), "" otherwise: see TermProbe.
+	Term string
+}
+
+// Result returns the verdict.
+func (a *Arbiter) Result() (Settled, error) {
 	reply, err := a.reply()
 	if err != nil {
-		return false, "", err
+		return Settled{}, err
 	}
-	pair, _ := reply.([]any)
-	if len(pair) != 2 {
-		return false, "", fmt.Errorf("script arbiter: malformed reply %v", reply)
+	triple, _ := reply.([]any)
+	if len(triple) != 3 {
+		return Settled{}, fmt.Errorf("script arbiter: malformed reply %v", reply)
 	}
-	n, _ := pair[0].(int64)
-	found, _ = pair[1].(string)
-	return n == 1, found, nil
+	n, _ := triple[0].(int64)
+	found, _ := triple[1].(string)
+	term, _ := triple[2].(string)
+	return Settled{Won: n == 1, Found: found, Term: term}, nil
 }

@@ -39,19 +39,26 @@ func TestArbiterOutcomes(t *testing.T) {
 	if err := rdb.XDel(ctx, stream, gone).Err(); err != nil {
 		t.Fatal(err)
 	}
+	probe := NewTermProbe(stream)
+	Run(ctx, rdb, &probe.Call)
+	term, err := probe.Result()
+	if err != nil || term == "" {
+		t.Fatalf("term probe = %q, %v; want the master's term", term, err)
+	}
 	for _, tc := range []struct {
-		rid, entry, found string
-		won               bool
+		rid, entry, found, term string
+		won                     bool
 	}{
-		{"queued", queued, wire.StateTimeout, true},
-		{"delivered", delivered, ArbiterDelivered, false},
-		{"gone", gone, ArbiterFinished, false},
+		{"queued", queued, wire.StateTimeout, term, true},
+		{"delivered", delivered, ArbiterDelivered, "", false},
+		{"gone", gone, ArbiterFinished, "", false},
+		{"queued", queued, wire.StateTimeout, term, false}, // its mark, found
 	} {
 		a := NewArbiter(shard, stream, "cancels", tc.rid, tc.rid, tc.entry, wire.StateTimeout, time.Second)
 		Run(ctx, rdb, &a.Call)
-		won, found, err := a.Result()
-		if err != nil || won != tc.won || found != tc.found {
-			t.Errorf("%s: Result = %v, %q, %v; want %v, %q", tc.rid, won, found, err, tc.won, tc.found)
+		v, err := a.Result()
+		if want := (Settled{Won: tc.won, Found: tc.found, Term: tc.term}); err != nil || v != want {
+			t.Errorf("%s: Result = %+v, %v; want %+v", tc.rid, v, err, want)
 		}
 	}
 	if got := rdb.XRange(ctx, stream, "-", "+").Val(); len(got) != 1 || got[0].ID != delivered {
@@ -89,8 +96,8 @@ func TestArbiterRefusedXPendingIsAnError(t *testing.T) {
 
 	a := NewArbiter(shard, stream, "cancels", "r1", "r1", id, wire.StateTimeout, time.Second)
 	Run(ctx, limited, &a.Call)
-	if won, found, err := a.Result(); err == nil {
-		t.Fatalf("Result = %v, %q, nil; want the refused XPENDING as an error", won, found)
+	if v, err := a.Result(); err == nil {
+		t.Fatalf("Result = %+v, nil; want the refused XPENDING as an error", v)
 	}
 	if n := rdb.XLen(ctx, stream).Val(); n != 1 {
 		t.Errorf("the delivered request was withdrawn (%d entries left)", n)

@@ -93,6 +93,7 @@ func TestEveryScriptRunsInOneClusterSlot(t *testing.T) {
 			return d
 		}().Call,
 		&NewArbiter(shard, req, keys.Cancels(service), "b", "b", entry2, wire.StateTimeout, time.Second).Call,
+		&NewTermProbe(req).Call,
 		&NewReply(resp, []byte("resp")).Call,
 		&NewDeadLetterEntry(shard, req, entry2, "x", wire.DeadLetter{Reason: "bad", Code: "INVALID_ARGUMENT", Worker: worker, Lane: "v2"}, 10).Call,
 		&func() *Enqueue {

@@ -24,7 +24,7 @@ import (
 // shard count}: Redis's TIME, whether the schema must be published
 // again, whether every worker the hash keeps (this one included)
 // announces async_fast_path (wire.Worker.AsyncFastPath), and the value at
-// the shard count key (” when absent or not asked), so that a beat of a
+// the shard count key (empty when absent or not asked), so that a beat of a
 // service's shard 0 is the one command a second a server needs per
 // service.
 var heartbeatScript = newOOMScript("heartbeat", `

@@ -27,7 +27,7 @@ func TestScriptErrorsHideLua(t *testing.T) {
 	}
 	a := NewArbiter(shard, shard.Requests(""), "cancels", "r1", "r1", "1-1", wire.StateTimeout, time.Second)
 	Run(ctx, rdb, &a.Call)
-	_, _, err := a.Result()
+	_, err := a.Result()
 	var se *ScriptError
 	if !errors.As(err, &se) || se.Script != "arbiter" || se.Code != "WRONGTYPE" {
 		t.Fatalf("error = %v (%T), want a *ScriptError of the arbiter with code WRONGTYPE", err, err)
@@ -75,9 +75,9 @@ func TestArbiterWithoutConsumerGroup(t *testing.T) {
 	}
 	a := NewArbiter(shard, stream, "cancels", "r1", "r1", id, wire.StateTimeout, time.Second)
 	Run(ctx, rdb, &a.Call)
-	won, found, err := a.Result()
-	if err != nil || !won || found != wire.StateTimeout {
-		t.Fatalf("Result = %v, %q, %v; want the mark to win", won, found, err)
+	v, err := a.Result()
+	if err != nil || !v.Won || v.Found != wire.StateTimeout {
+		t.Fatalf("Result = %+v, %v; want the mark to win", v, err)
 	}
 	if n, err := rdb.XLen(ctx, stream).Result(); err != nil || n != 0 {
 		t.Errorf("the request is still queued (%d entries): it could run after its caller gave up", n)

@@ -101,6 +101,16 @@
 // whose count says whether it was still queued. So a caller's ACL user
 // needs no read of the request stream (`rpr acl caller`).
 //
+// The script also returns, with a mark it won or a TIMEOUT or CANCELLED
+// it found, the term of the master that ran it: run_id from INFO server
+// and master_replid from INFO replication, joined by "/" ("?" when the
+// ACL refuses INFO). Each refresh of a service reads the same term of
+// each shard's master (a script of its own). The caller reports "not
+// executed" only when the arbiter's term is the one it last saw before
+// it sent the request: after a restart or a failover the master may lack
+// the record of a worker taking the request, since Redis replicates
+// asynchronously, and the caller reports the outcome unknown.
+//
 // # The state hash (T:st:<id>)
 //
 // For a unary call <id> is the request id, for an async request its
