@@ -103,11 +103,15 @@ func openIdleStreams(tb testing.TB, n int) idleFigures {
 	}
 	// One stream through each server first: everything is set up (pools
 	// dialled, response stream and inboxes made) before the baseline.
-	waitFor(tb, "both servers to run streams", func() bool {
+	// Which server takes an open is up to their readers: on a loaded
+	// machine (go test -p 4) the second took longer than 10s to get one.
+	waitLong(tb, time.Minute, "both servers to run streams", func() bool {
 		if err := open(); err != nil {
 			return false
 		}
 		return running[0].Load() > 0 && running[1].Load() > 0
+	}, func() string {
+		return fmt.Sprintf("servers run %d and %d streams", running[0].Load(), running[1].Load())
 	})
 	warm := opened.Load()
 	waitFor(tb, "the warm-up streams to run", func() bool { return running[0].Load()+running[1].Load() == warm })
