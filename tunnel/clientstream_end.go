@@ -174,9 +174,9 @@ func (cs *clientStream) callerGaveUp(caller context.Context) {
 	switch {
 	case err != nil:
 		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (could not reach Redis to settle it: %v)", prefix, err), nil, nil)
-	case (settled.Won || state == wire.StateTimeout || state == wire.StateCancelled) && !cs.sameTerm(settled):
+	case settled.Marked() && !cs.sameTerm(settled):
 		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (%s)", prefix, lostTermNote), nil, nil)
-	case settled.Won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
+	case settled.Marked() || state == store.ArbiterDelivered:
 		cs.finish(notExecutedf(code, "%s before a worker took the stream; it was not executed and will not be", prefix), nil, nil)
 	case state == store.ArbiterUnknown:
 		cs.finish(Errorf(code, "%s; whether the server took the stream is unknown (Redis's reply to its open was lost)", prefix), nil, nil)
@@ -231,9 +231,9 @@ func (cs *clientStream) acceptTimedOut() {
 		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it since is unknown (could not reach Redis to settle it: %v)", prefix, err), nil, nil)
 	case state == store.ArbiterUnknown:
 		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it is unknown (Redis's reply to its open was lost)", prefix), nil, nil)
-	case (settled.Won || state == wire.StateTimeout || state == wire.StateCancelled) && !cs.sameTerm(settled):
+	case settled.Marked() && !cs.sameTerm(settled):
 		cs.finish(Errorf(DeadlineExceeded, "%s; whether one took it is unknown (%s)", prefix, lostTermNote), nil, nil)
-	case settled.Won || state == store.ArbiterDelivered || state == wire.StateTimeout || state == wire.StateCancelled:
+	case settled.Marked() || state == store.ArbiterDelivered:
 		cs.finish(notExecutedf(DeadlineExceeded, "%s; it was not executed and will not be (are the servers overloaded? rpr stats)", prefix), nil, nil)
 	case state == wire.StateProcessing:
 		// A worker has just taken it: its accept frame is on its way.

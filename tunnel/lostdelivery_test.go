@@ -48,7 +48,7 @@ func TestLostDeliveryIsNotNotExecuted(t *testing.T) {
 		}})
 	t.Cleanup(func() { _ = callerRdb.Close() })
 
-	h := &blockingHandler{started: map[string]chan struct{}{"first": make(chan struct{}), "second": make(chan struct{})}, release: make(chan struct{})}
+	h := &blockingHandler{started: map[string]chan struct{}{"first": make(chan struct{}), "second": make(chan struct{})}, release: make(chan struct{}), ran: executions{n: map[string]int{}}}
 	desc := h.desc()
 	startServer(t, master.Client(t), tunnel.ServerOptions{Concurrency: 1}, func(s *tunnel.Server) { s.RegisterService(desc, h) })
 	client, err := tunnel.NewClient(callerRdb, tunnel.ClientOptions{Breaker: tunnel.BreakerOptions{Disabled: true}})
@@ -88,8 +88,8 @@ func TestLostDeliveryIsNotNotExecuted(t *testing.T) {
 	killClients(t, admin, "lost-delivery-caller")
 
 	err = <-second
-	if h.runs("second") != 1 {
-		t.Fatalf("the second request ran %d times, want once", h.runs("second"))
+	if h.ran.count("second") != 1 {
+		t.Fatalf("the second request ran %d times, want once", h.ran.count("second"))
 	}
 	if tunnel.NotExecuted(err) || tunnel.CodeOf(err) != tunnel.DeadlineExceeded {
 		t.Fatalf("the second call got %v (not executed: %v), want DEADLINE_EXCEEDED that may have run", err, tunnel.NotExecuted(err))
@@ -124,19 +124,12 @@ type blockingHandler struct {
 	started map[string]chan struct{}
 	release chan struct{}
 	once    sync.Once
-	mu      sync.Mutex
-	ran     map[string]int
+	ran     executions
 }
 
 func (h *blockingHandler) name() string { return "test.v1.LostDelivery" }
 
 func (h *blockingHandler) unblock() { h.once.Do(func() { close(h.release) }) }
-
-func (h *blockingHandler) runs(v string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ran[v]
-}
 
 func (h *blockingHandler) desc() *tunnel.ServiceDesc {
 	info := &tunnel.ServiceInfo{Name: h.name()}
@@ -148,12 +141,7 @@ func (h *blockingHandler) desc() *tunnel.ServiceDesc {
 				return nil, err
 			}
 			v := in.GetValue()
-			h.mu.Lock()
-			if h.ran == nil {
-				h.ran = map[string]int{}
-			}
-			h.ran[v]++
-			h.mu.Unlock()
+			h.ran.add(v)
 			started, ok := h.started[v]
 			if !ok {
 				return in, nil

@@ -142,9 +142,9 @@ func (c *Client) gaveUp(ctx context.Context, svc *clientService, call *outgoingC
 	}
 	state := settled.Found
 	switch {
-	case (settled.Won || state == wire.StateTimeout || state == wire.StateCancelled) && !svc.sameTerm(call.shard, sentAt, settled):
+	case settled.Marked() && !svc.sameTerm(call.shard, sentAt, settled):
 		return Errorf(code, "%s; whether it was executed is unknown (%s; it will not run from now on)", prefix, lostTermNote)
-	case settled.Won || state == wire.StateTimeout || state == wire.StateCancelled:
+	case settled.Marked():
 		return notExecutedf(code, "%s while the request waited in the queue; it was not executed and will not be", prefix)
 	case state == wire.StateProcessing || state == store.ArbiterDelivered:
 		return Errorf(code, "%s while the request was executing on a server; it may have taken effect", prefix)

@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"time"
+
+	"github.com/rprtunnel/rpr/internal/wire"
 )
 
 // arbiterScript is the client's side of the arbiter: when a call's deadline
@@ -104,6 +106,13 @@ type Settled struct {
 	// Term is the term of the master that settled a mark (Won, or a
 	// TIMEOUT or CANCELLED state found), "" otherwise: see TermProbe.
 	Term string
+}
+
+// Marked reports whether the request is marked never to run: the mark
+// won, or an earlier TIMEOUT or CANCELLED was found. Term says which
+// master settled it.
+func (s Settled) Marked() bool {
+	return s.Won || s.Found == wire.StateTimeout || s.Found == wire.StateCancelled
 }
 
 // Result returns the verdict.
