@@ -117,7 +117,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		cfg.client.Logger = logger
 	}
 	var err error
-	e.server, err = tunnel.NewServer(e.rdb, cfg.server)
+	e.server, err = tunnel.NewServer(e.rdb, withTestLease(cfg.server))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +133,22 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		e.serve()
 	}
 	return e
+}
+
+// testLease is the lease of the tests' servers unless a test sets one.
+// A server's blocking reads last min(Lease/4, 1s), and Serve returns only
+// once they have (entries Redis hands out must be handled), so with the
+// default 5s lease every test waited up to a second for each server it
+// stopped; 2s halves that. Leases of live workers are renewed every
+// Lease/3, so no handler is taken over for running long.
+const testLease = 2 * time.Second
+
+// withTestLease returns opts with testLease when opts has no lease.
+func withTestLease(opts tunnel.ServerOptions) tunnel.ServerOptions {
+	if opts.Lease == 0 {
+		opts.Lease = testLease
+	}
+	return opts
 }
 
 // serve starts the server; Cleanup stops it and checks it returned nil.
@@ -304,7 +320,7 @@ func poll(tb testing.TB, timeout, every time.Duration, what string, cond func() 
 // it returns.
 func startServer(tb testing.TB, rdb redis.UniversalClient, opts tunnel.ServerOptions, register func(*tunnel.Server)) (srv *tunnel.Server, stop func()) {
 	tb.Helper()
-	srv, err := tunnel.NewServer(rdb, opts)
+	srv, err := tunnel.NewServer(rdb, withTestLease(opts))
 	if err != nil {
 		tb.Fatal(err)
 	}

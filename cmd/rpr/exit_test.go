@@ -27,11 +27,17 @@ type exitCase struct {
 	settingAhead bool
 	// noRedis: the command reads no Redis (help, completion, version).
 	noRedis bool
+	// redisLogger: the command installs go-redis's logger, which is
+	// process-wide, so it does not run beside the others.
+	redisLogger bool
 }
 
 const (
-	unknownSvc     = "acme.v1.Nope"
-	unreachableURL = "redis://127.0.0.1:1/0"
+	unknownSvc = "acme.v1.Nope"
+	// unreachableURL refuses connections; max_retries=-1 makes go-redis
+	// give up at the first refusal instead of retrying for 1.7s, which
+	// the exit status does not depend on.
+	unreachableURL = "redis://127.0.0.1:1/0?max_retries=-1"
 )
 
 // exitCases has a row for every command rpr has: TestExitStatusTable
@@ -52,13 +58,13 @@ var exitCases = map[string]exitCase{
 	"dlq ls":                {args: []string{greeterService}, bad: []string{}, unknown: []string{unknownSvc}},
 	"dlq replay":            {args: []string{greeterService, "--all"}, bad: []string{}, unknown: []string{unknownSvc, "--all"}},
 	"dlq show":              {args: []string{greeterService, "1764434400123-0"}, bad: []string{greeterService}, unknown: []string{unknownSvc, "1764434400123-0"}},
-	"egress":                {bad: []string{"x"}},
+	"egress":                {bad: []string{"x"}, redisLogger: true},
 	"exporter":              {args: []string{"--listen", "127.0.0.1:0"}, bad: []string{"x"}},
 	"forget":                {args: []string{greeterService}, bad: []string{}, unknown: []string{unknownSvc}},
 	"health":                {args: []string{greeterService}, bad: []string{}, unknown: []string{unknownSvc}},
 	"help":                  {bad: []string{"nosuch"}, noRedis: true},
 	"keys new":              {args: []string{"billing"}, bad: []string{"bad/name"}, noRedis: true},
-	"ingress":               {args: []string{"--listen", "127.0.0.1:0"}, bad: []string{"x"}},
+	"ingress":               {args: []string{"--listen", "127.0.0.1:0"}, bad: []string{"x"}, redisLogger: true},
 	"limits ls":             {args: []string{greeterService}, bad: []string{}, unknown: []string{unknownSvc}},
 	"limits rm":             {args: []string{greeterService, "free"}, bad: []string{greeterService}, unknown: []string{unknownSvc, "free"}},
 	"limits set":            {args: []string{greeterService, "free", "--limit", "1", "--window", "1s"}, bad: []string{greeterService, "--limit", "1", "--window", "1s"}, unknown: []string{unknownSvc, "free", "--limit", "1", "--window", "1s"}, settingAhead: true},
@@ -120,6 +126,12 @@ func TestExitStatusTable(t *testing.T) {
 		}
 		words := strings.Fields(path)
 		t.Run(strings.ReplaceAll(path, " ", "_"), func(t *testing.T) {
+			if !tc.settingAhead && !tc.redisLogger {
+				// These only read, and run together once the others
+				// (a setting written and taken back, a process-wide
+				// logger) have run.
+				t.Parallel()
+			}
 			run := func(args ...string) rprRun {
 				return runCLI(t, "", append(slices.Clone(words), args...)...)
 			}
