@@ -378,6 +378,10 @@ func (s *Server) RegisterService(desc *ServiceDesc, impl any) {
 // the worker's heartbeat and returns nil (also when ctx ends while it is
 // still starting). It returns an error only when it cannot start (no
 // services, Redis unreachable). Serve may be called once.
+//
+// An idle server, too, returns up to min(Lease/4, 1s) after ctx ends: its
+// blocking reads are not cut short, since Redis may have handed them
+// requests that must then be handled, and they end within that time.
 func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
