@@ -135,8 +135,9 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	return e
 }
 
-// testLease is the lease of the tests' servers unless a test sets one.
-// A server's blocking reads last min(Lease/4, 1s), and Serve returns only
+// testLease is the lease of every test's server that sets none (see
+// withTestLease, which each of the helpers that make servers applies). A
+// server's blocking reads last min(Lease/4, 1s), and Serve returns only
 // once they have (entries Redis hands out must be handled), so with the
 // default 5s lease every test waited up to a second for each server it
 // stopped; 2s halves that. Leases of live workers are renewed every

@@ -90,7 +90,7 @@ func TestV1ClientToThisServer(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
 	ctx := context.Background()
-	srv, err := tunnel.NewServer(rdb, tunnel.ServerOptions{WorkerID: "capture-server", Logger: slog.New(slog.DiscardHandler)})
+	srv, err := tunnel.NewServer(rdb, withTestLease(tunnel.ServerOptions{WorkerID: "capture-server", Logger: slog.New(slog.DiscardHandler)}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,10 +73,10 @@ func lanesDesc(shards int) *tunnel.ServiceDesc {
 func startLane(t *testing.T, rdb redis.UniversalClient, lane string, shards int) (srv *laneServer, stop func()) {
 	t.Helper()
 	srv = &laneServer{lane: laneOrDefault(lane), runs: map[string]int{}}
-	server, err := tunnel.NewServer(rdb, tunnel.ServerOptions{
+	server, err := tunnel.NewServer(rdb, withTestLease(tunnel.ServerOptions{
 		Lane: lane, Logger: slog.New(slog.NewTextHandler(&logcapture.Buffer{}, nil)),
 		RetryPollInterval: 20 * time.Millisecond,
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
