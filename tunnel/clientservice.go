@@ -263,7 +263,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	limits := pipe.HGetAll(ctx, c.keys.Limits(s.name)) // rate limits
 	lanes := append([]string{DefaultLane}, s.routes.lanes()...)
 	shards := int(s.shards.count.Load())
-	probes := c.queueTermProbes(ctx, pipe, s, shards)
+	probes := c.queueTermProbes(ctx, pipe, s, 0, shards)
 	var queued []*redis.IntCmd
 	for shard := range shards {
 		sk := c.keys.Shard(s.name, shard)
@@ -281,7 +281,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command is judged below
-	c.observeTerms(ctx, s, probes)
+	c.observeTerms(ctx, s, 0, probes)
 	for _, cmd := range []redis.Cmder{timeCmd, workers} {
 		if err := cmd.Err(); err != nil {
 			return err
@@ -297,7 +297,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 		size += cmd.Val() // a missing key (or a failed read) counts as empty
 	}
 	s.backlog.observe(size, sentAt)
-	c.observeShards(s, count)
+	c.observeShards(ctx, s, count)
 	if err := routes.Err(); err != nil {
 		c.log.Warn("rpr: read routing table; keeping the last one read", "key", c.keys.Routes(s.name), "error", err)
 	} else if errs := s.routes.observe(s.name, routes.Val()); len(errs) > 0 {
@@ -321,8 +321,11 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 
 // observeShards follows the service's recorded shard count (GET's reply;
 // none recorded is one shard), and says once when this client was built
-// for more.
-func (c *Client) observeShards(s *clientService, count *redis.StringCmd) {
+// for more. When the count rises it first reads the terms of the new
+// shards' masters: calls go to them once the count is stored, and one
+// that gives up there could otherwise not be told it was not executed
+// until the next refresh had read them (sameTerm).
+func (c *Client) observeShards(ctx context.Context, s *clientService, count *redis.StringCmd) {
 	raw, err := count.Result()
 	n := 1
 	switch {
@@ -335,6 +338,9 @@ func (c *Client) observeShards(s *clientService, count *redis.StringCmd) {
 	if s.configuredShards > n && s.shardsWarned.CompareAndSwap(false, true) {
 		c.log.Warn("rpr: this client is configured for more shards than the service has; it follows the service's count (raise it with the servers' (rpr.v1.service).shards or rpr shards set)",
 			"service", s.name, "configured", s.configuredShards, "recorded", n)
+	}
+	if known := int(s.shards.count.Load()); n > known {
+		c.probeTerms(ctx, s, known, n)
 	}
 	if old := s.shards.count.Swap(int32(n)); int(old) != n {
 		c.log.Info("rpr: following the service's shard count recorded in Redis", "service", s.name, "shards", n, "was", old)

@@ -85,14 +85,6 @@ func (t *shardTerms) of(shard int) *termLog {
 	return &t.logs[shard]
 }
 
-// probes is how many probes a refresh of shards shards sends.
-func (t *shardTerms) probes(shards int) int {
-	if !t.perShard {
-		return 1
-	}
-	return shards
-}
-
 // sameTerm reports whether the arbiter's "never ran" for a request sent
 // to shard at sentAt was settled by the term that held it then. Where
 // Redis refuses INFO to the client both terms are store.TermRefused,
@@ -102,21 +94,27 @@ func (s *clientService) sameTerm(shard int, sentAt time.Time, settled store.Sett
 	return settled.Term != "" && settled.Term == s.terms.of(shard).before(sentAt)
 }
 
-// queueTermProbes queues on pipe the probes of s's shards' masters.
-func (c *Client) queueTermProbes(ctx context.Context, pipe redis.Pipeliner, s *clientService, shards int) []*store.TermProbe {
-	probes := make([]*store.TermProbe, s.terms.probes(shards))
-	for shard := range probes {
-		probes[shard] = store.NewTermProbe(c.keys.Shard(s.name, shard).Requests(DefaultLane))
-		probes[shard].Queue(ctx, pipe)
+// queueTermProbes queues on pipe the probes of the masters of s's shards
+// from to to-1: one probe each in a Cluster, one for them all otherwise
+// (none when from is not 0: shard 0's probe is theirs).
+func (c *Client) queueTermProbes(ctx context.Context, pipe redis.Pipeliner, s *clientService, from, to int) []*store.TermProbe {
+	if !s.terms.perShard {
+		to = min(to, 1)
+	}
+	probes := make([]*store.TermProbe, max(to-from, 0))
+	for i := range probes {
+		probes[i] = store.NewTermProbe(c.keys.Shard(s.name, from+i).Requests(DefaultLane))
+		probes[i].Queue(ctx, pipe)
 	}
 	return probes
 }
 
-// observeTerms records what the probes found, once their pipeline ran.
-// A probe Redis refused is not recorded; one that found INFO refused is,
-// with a warning: a failover can then go unnoticed.
-func (c *Client) observeTerms(ctx context.Context, s *clientService, probes []*store.TermProbe) {
-	for shard, p := range probes {
+// observeTerms records what the probes of shards from on found, once
+// their pipeline ran. A probe Redis refused is not recorded; one that
+// found INFO refused is, with a warning: a failover can then go
+// unnoticed.
+func (c *Client) observeTerms(ctx context.Context, s *clientService, from int, probes []*store.TermProbe) {
+	for i, p := range probes {
 		p.Recover(ctx, c.rdb)
 		term, err := p.Result()
 		if err != nil {
@@ -126,6 +124,18 @@ func (c *Client) observeTerms(ctx context.Context, s *clientService, probes []*s
 		if term == store.TermRefused && s.termsWarned.CompareAndSwap(false, true) {
 			c.log.Warn("rpr: Redis refuses INFO to this client, so it cannot tell a failover happened while a call that timed out or was cancelled waited, and may report it not executed when a worker of the master that failed ran it; grant +info|server and +info|replication (rpr acl caller prints the rules)", "service", s.name)
 		}
-		s.terms.of(shard).observe(term, seen)
+		s.terms.of(from+i).observe(term, seen)
 	}
+}
+
+// probeTerms reads the terms of the masters of s's shards from to to-1 in
+// one round trip, for shards a refresh did not probe.
+func (c *Client) probeTerms(ctx context.Context, s *clientService, from, to int) {
+	pipe := c.rdb.Pipeline()
+	probes := c.queueTermProbes(ctx, pipe, s, from, to)
+	if len(probes) == 0 {
+		return
+	}
+	_, _ = pipe.Exec(ctx) // each probe is judged by observeTerms
+	c.observeTerms(ctx, s, from, probes)
 }
