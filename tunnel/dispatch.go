@@ -13,6 +13,7 @@ import (
 
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
+	"github.com/rprtunnel/rpr/internal/xread"
 )
 
 // stateMargin is how long a request's state outlives its deadline: long
@@ -119,6 +120,7 @@ func (r *serveRun) readRequests(ctx context.Context, q *queue) {
 		nextReclaim: time.Now().Add(r.server.reclaimInterval()),
 		reclaimFrom: "0-0",
 		quiet:       true,
+		entries:     xread.NewReader(r.server.rdb, store.WorkersGroup, r.server.opts.WorkerID, q.requests, false),
 	})
 }
 
@@ -138,6 +140,9 @@ type reader struct {
 	// the server need. With two idle services beside a busy one, holding
 	// the share cost the busy one a quarter of its calls/s.
 	quiet bool
+	// entries reads the queue's request stream (raw replies, no per-entry
+	// maps: see package xread).
+	entries *xread.Reader
 }
 
 // read runs rd's loop until rd.ctx ends, or until a read yields a request
@@ -168,17 +173,7 @@ func (r *serveRun) read(rd *reader) {
 				continue
 			}
 		}
-		streams, err := s.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
-			Group:    store.WorkersGroup,
-			Consumer: s.opts.WorkerID,
-			Streams:  []string{q.requests, ">"},
-			Count:    int64(slots),
-			Block:    interval,
-		}).Result()
-		var msgs []redis.XMessage
-		for _, st := range streams {
-			msgs = append(msgs, st.Messages...)
-		}
+		msgs, err := rd.entries.Read(readCtx, int64(slots), interval)
 		r.releaseSlots(q, slots-len(msgs))
 		if quiet := len(msgs) == 0; quiet != rd.quiet {
 			rd.quiet = quiet
@@ -266,7 +261,7 @@ func (r *serveRun) recreateGroup(ctx context.Context, q *queue) {
 //
 // hops counts the handoffs the entries already had (see handOff): 0 for
 // entries this worker read or reclaimed.
-func (r *serveRun) process(ctx context.Context, q *queue, msgs []redis.XMessage, previous map[string]string, hops int) (mine *received) {
+func (r *serveRun) process(ctx context.Context, q *queue, msgs []xread.Entry, previous map[string]string, hops int) (mine *received) {
 	batch := make([]*received, 0, len(msgs))
 	now := r.server.clock.toRedis(time.Now())
 

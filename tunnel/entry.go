@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/rprtunnel/rpr/internal/wire"
+	"github.com/rprtunnel/rpr/internal/xread"
 )
 
 // Reading one request entry, and refusing what cannot be run: every entry
@@ -29,9 +28,9 @@ func (r *serveRun) refuseUnread(q *queue, entryID, raw string, code Code, reason
 // decode reads one entry. Entries that cannot be run are answered with an
 // error where there is a caller to tell, dead-lettered, acknowledged and
 // logged, and decode returns nil; nothing in an entry can stop the server.
-func (r *serveRun) decode(q *queue, msg redis.XMessage) *received {
+func (r *serveRun) decode(q *queue, msg xread.Entry) *received {
 	s := r.server
-	raw, ok := msg.Values[wire.Field].(string)
+	raw, ok := msg.Value(wire.Field)
 	if !ok {
 		s.log.Error("rpr: request entry has no envelope field; dead-lettered", "stream", q.requests, "entry", msg.ID)
 		r.deadLetter(q, msg.ID, "", fmt.Sprintf("entry has no %q field", wire.Field))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
+	"github.com/rprtunnel/rpr/internal/xread"
 )
 
 // peersMaxAge is how old a worker's view of its peers may be when it
@@ -162,7 +163,7 @@ func (r *serveRun) takeHandoff(ctx context.Context, h wire.Handoff) {
 		}
 		return // gone: its caller gave up and deleted it
 	}
-	if mine := r.process(ctx, q, msgs, nil, h.Hops); mine != nil {
+	if mine := r.process(ctx, q, xread.FromMessages(msgs), nil, h.Hops); mine != nil {
 		r.run(q, mine, runOnDelivery())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rprtunnel/rpr/internal/store"
+	"github.com/rprtunnel/rpr/internal/xread"
 )
 
 // reclaimInterval is how often a reader scans for requests a dead worker
@@ -72,7 +73,7 @@ func (r *serveRun) reclaimOnce(ctx context.Context, q *queue, start string, slot
 		for _, p := range owners {
 			previous[p.ID] = p.Consumer
 		}
-		r.process(ctx, q, msgs, previous, 0)
+		r.process(ctx, q, xread.FromMessages(msgs), previous, 0)
 	}
 	return next, len(msgs)
 }

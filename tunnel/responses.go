@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
+	"github.com/rprtunnel/rpr/internal/xread"
 )
 
 // A client's response reader: one goroutine per response stream, handing
@@ -24,7 +25,7 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 	defer c.wg.Done()
 	backoff := newBackoff(50*time.Millisecond, 2*time.Second)
 	var last streamID // the last entry handled
-	handle := func(msgs []redis.XMessage) {
+	handle := func(msgs []xread.Entry) {
 		for _, msg := range msgs {
 			id, ok := parseStreamID(msg.ID)
 			if ok && !last.less(id) {
@@ -35,15 +36,11 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 		}
 		rs.lastRead.Store(last.String()) // trimmed up to here by the next refresh
 	}
+	entries := xread.NewReader(c.rdb, store.ResponseGroup, c.opts.ID, rs.key, true)
+	busy := false // the last read brought answers
 	for c.ctx.Err() == nil {
-		streams, err := c.rdb.XReadGroup(c.ctx, &redis.XReadGroupArgs{
-			Group:    store.ResponseGroup,
-			Consumer: c.opts.ID,
-			Streams:  []string{rs.key, ">"},
-			Count:    256,
-			Block:    5 * time.Second,
-			NoAck:    true,
-		}).Result()
+		msgs, err := entries.Read(c.ctx, 256, responseBlock(entries, busy))
+		busy = len(msgs) > 0
 		switch {
 		case err == nil:
 			backoff.reset()
@@ -64,15 +61,25 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 			c.catchUp(rs, last, handle)
 			continue
 		}
-		for _, stream := range streams {
-			handle(stream.Messages)
-		}
+		handle(msgs)
 	}
+}
+
+// responseBlock is how long a response reader's next read waits for an
+// answer: 5 s, unless answers are flowing (busy) and a raw read
+// (xread.Reader) may not wait that long; then as long as it may, so that
+// a busy reader reads raw replies, and an idle one reads every 5 s.
+func responseBlock(r *xread.Reader, busy bool) time.Duration {
+	const idle = 5 * time.Second
+	if raw := r.MaxRawBlock(); busy && raw < idle && raw >= 100*time.Millisecond {
+		return raw
+	}
+	return idle
 }
 
 // catchUp hands to handle every entry of rs after last: those a failed
 // read may have taken with it.
-func (c *Client) catchUp(rs *responseStream, last streamID, handle func([]redis.XMessage)) {
+func (c *Client) catchUp(rs *responseStream, last streamID, handle func([]xread.Entry)) {
 	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 	defer cancel()
 	from := "(" + last.String()
@@ -81,19 +88,19 @@ func (c *Client) catchUp(rs *responseStream, last streamID, handle func([]redis.
 		if err != nil || len(msgs) == 0 {
 			return
 		}
-		handle(msgs)
+		handle(xread.FromMessages(msgs))
 		from = "(" + msgs[len(msgs)-1].ID
 	}
 }
 
 // deliver decodes one response and hands it to the call waiting for it,
 // or one frame to its stream.
-func (c *Client) deliver(s *clientService, rs *responseStream, msg redis.XMessage) {
-	if raw, ok := msg.Values[wire.StreamField].(string); ok {
+func (c *Client) deliver(s *clientService, rs *responseStream, msg xread.Entry) {
+	if raw, ok := msg.Value(wire.StreamField); ok {
 		c.deliverFrame(s, rs, msg.ID, raw)
 		return
 	}
-	raw, _ := msg.Values[wire.Field].(string)
+	raw, _ := msg.Value(wire.Field)
 	var decoded wire.Response // on the stack: a waiting call copies it (see clientService.answer)
 	resp := &decoded
 	if err := wire.DecodeResponseStringInto(raw, resp); err != nil {

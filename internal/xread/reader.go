@@ -1,0 +1,218 @@
+package xread
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// readMargin is how much longer than its block time go-redis's read
+// timeout must let a raw read wait: go-redis's typed blocking commands get
+// ten seconds more than their block, a raw command only the client's read
+// timeout, and a reply cut off by it loses the entries Redis delivered to
+// it until they are reclaimed.
+const readMargin = 2 * time.Second
+
+// keepBytes bounds the buffer a Reader keeps between reads. Bodies of
+// large strings never enter it (see sink.ReadFrom), so only the framing
+// of a batch and its small entries do.
+const keepBytes = 1 << 20
+
+// Reader reads one stream through a consumer group, read after read, from
+// one goroutine: a Reader must not be used by two at once. Each read is an
+// XREADGROUP whose reply go-redis writes raw into the Reader's buffer,
+// unless it must go through go-redis's typed command (see Read).
+type Reader struct {
+	rdb      redis.UniversalClient
+	args     redis.XReadGroupArgs
+	maxBlock time.Duration // the longest block a raw read may ask for; < 0: none
+	broken   error         // a raw reply that could not be parsed: typed reads from then on
+
+	sink   sink
+	cmdArg []any // the raw command's arguments, kept between reads
+	count  int64
+	block  time.Duration
+}
+
+// NewReader returns a Reader of stream for consumer of group; with noAck
+// the entries it reads are not added to the group's pending list
+// (XREADGROUP NOACK).
+func NewReader(rdb redis.UniversalClient, group, consumer, stream string, noAck bool) *Reader {
+	return &Reader{
+		rdb:      rdb,
+		args:     redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"}, NoAck: noAck},
+		maxBlock: maxRawBlock(rdb),
+		count:    -1,
+	}
+}
+
+// maxRawBlock is the longest block rdb's read timeout lets a raw read
+// wait for: unlimited without a read timeout, none for a client whose
+// options it cannot see.
+func maxRawBlock(rdb redis.UniversalClient) time.Duration {
+	var timeout time.Duration
+	switch c := rdb.(type) {
+	case interface{ Options() *redis.Options }:
+		timeout = c.Options().ReadTimeout
+	case interface{ Options() *redis.ClusterOptions }:
+		timeout = c.Options().ReadTimeout
+	default:
+		return -1
+	}
+	if timeout <= 0 { // go-redis's normalized "no deadline"
+		return math.MaxInt64
+	}
+	return timeout - readMargin
+}
+
+// MaxRawBlock is the longest block time Read serves from a raw reply;
+// longer blocks go through go-redis's typed command. It is negative when
+// none does.
+func (r *Reader) MaxRawBlock() time.Duration {
+	if r.broken != nil {
+		return -1
+	}
+	return r.maxBlock
+}
+
+// Read reads up to count new entries, waiting up to block for the first.
+// When none came within block it returns redis.Nil, as go-redis does. A
+// block longer than MaxRawBlock, and a read Redis answered with an error
+// (a missing group, a Cluster redirect go-redis follows), go through
+// go-redis's typed XREADGROUP, so that they behave exactly as it does.
+func (r *Reader) Read(ctx context.Context, count int64, block time.Duration) ([]Entry, error) {
+	if block > r.MaxRawBlock() {
+		return r.readTyped(ctx, count, block)
+	}
+	r.sink.reset()
+	cmd := redis.NewRawWriteToCmd(ctx, &r.sink, r.rawArgs(count, block)...)
+	cmd.SetFirstKeyPos(int8(len(r.cmdArg) - 2))
+	if err := r.rdb.Process(ctx, cmd); err != nil {
+		return nil, err
+	}
+	entries, err := parse(r.sink.buf, r.sink.large)
+	var refused ReplyError
+	switch {
+	case err == nil, errors.Is(err, redis.Nil):
+		return entries, err
+	case errors.As(err, &refused):
+		return r.readTyped(ctx, count, block)
+	}
+	// Redis's reply is not one Parse knows: what it delivered stays in
+	// the pending list (or, with NOACK, in the stream) for the caller to
+	// recover, and later reads take go-redis's path.
+	r.broken = err
+	return nil, fmt.Errorf("xread: %s: unreadable raw reply (later reads use go-redis's): %w", r.args.Streams[0], err)
+}
+
+// readTyped is Read through go-redis's XReadGroup.
+func (r *Reader) readTyped(ctx context.Context, count int64, block time.Duration) ([]Entry, error) {
+	args := r.args
+	args.Count, args.Block = count, block
+	streams, err := r.rdb.XReadGroup(ctx, &args).Result()
+	if err != nil {
+		return nil, err
+	}
+	var entries []Entry
+	for _, s := range streams {
+		entries = append(entries, FromMessages(s.Messages)...)
+	}
+	return entries, nil
+}
+
+// rawArgs returns the arguments of the raw XREADGROUP, built again only
+// when count or block changed (boxing them allocates).
+func (r *Reader) rawArgs(count int64, block time.Duration) []any {
+	if r.cmdArg != nil && count == r.count && block == r.block {
+		return r.cmdArg
+	}
+	r.count, r.block = count, block
+	args := []any{"xreadgroup", "group", r.args.Group, r.args.Consumer}
+	if count > 0 {
+		args = append(args, "count", count)
+	}
+	args = append(args, "block", int64(block/time.Millisecond))
+	if r.args.NoAck {
+		args = append(args, "noack")
+	}
+	r.cmdArg = append(args, "streams", r.args.Streams[0], ">")
+	return r.cmdArg
+}
+
+// sink is where go-redis writes a raw reply: its framing and small
+// strings into buf, the body of each large string into one allocation of
+// its own, so that a large payload is copied once, from go-redis's read
+// buffer to where its entry keeps it.
+type sink struct {
+	buf   []byte
+	large []largeBody
+}
+
+// largeBody is the body of a string read apart from buf: at is where it
+// would have started in buf.
+type largeBody struct {
+	at   int
+	body string
+}
+
+func (s *sink) reset() {
+	if cap(s.buf) > keepBytes {
+		s.buf = nil
+	}
+	s.buf = s.buf[:0]
+	clear(s.large)
+	s.large = s.large[:0]
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	s.buf = append(s.buf, p...)
+	return len(p), nil
+}
+
+// ReadFrom is how go-redis hands over each string's body: it copies the
+// body and its CRLF with io.CopyN, which ends here. A body over
+// shareLimit is read into a buffer of exactly its size; anything else is
+// appended to buf.
+func (s *sink) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok && lr.N-2 > shareLimit {
+		body := make([]byte, lr.N-2)
+		n, err := io.ReadFull(lr, body)
+		if err != nil {
+			return int64(n), err
+		}
+		var crlf [2]byte
+		m, err := io.ReadFull(lr, crlf[:])
+		if err != nil || crlf != [2]byte{'\r', '\n'} {
+			// Not a string's body after all: keep the bytes as they came.
+			s.buf = append(append(s.buf, body...), crlf[:m]...)
+			return int64(n + m), err
+		}
+		s.large = append(s.large, largeBody{at: len(s.buf), body: unsafe.String(unsafe.SliceData(body), len(body))})
+		return int64(n + m), nil
+	}
+	if lr, ok := r.(*io.LimitedReader); ok {
+		s.buf = slices.Grow(s.buf, int(lr.N))
+	}
+	var total int64
+	for {
+		if len(s.buf) == cap(s.buf) {
+			s.buf = append(s.buf, 0)[:len(s.buf)]
+		}
+		n, err := r.Read(s.buf[len(s.buf):cap(s.buf)])
+		s.buf = s.buf[:len(s.buf)+n]
+		total += int64(n)
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
