@@ -10,6 +10,7 @@ import (
 
 	"github.com/rprtunnel/rpr/internal/store"
 	"github.com/rprtunnel/rpr/internal/wire"
+	"github.com/rprtunnel/rpr/internal/xread"
 )
 
 // A worker's streams hear from their callers through one inbox per shard
@@ -50,10 +51,9 @@ func (r *serveRun) readInbox(ctx context.Context, q *queue) {
 	var last streamID // the last entry handled; 0-0 takes what is there
 	untrimmed := 0
 	renew := time.Now().Add(inboxTTL / 4)
+	frames := xread.NewStreamReader(s.rdb, inbox)
 	for ctx.Err() == nil {
-		streams, err := s.rdb.XRead(readCtx, &redis.XReadArgs{
-			Streams: []string{inbox, last.String()}, Count: 512, Block: time.Second,
-		}).Result()
+		msgs, err := frames.ReadAfter(readCtx, last.String(), 512, time.Second)
 		switch {
 		case err == nil, errors.Is(err, redis.Nil):
 			backoff.reset()
@@ -64,14 +64,12 @@ func (r *serveRun) readInbox(ctx context.Context, q *queue) {
 			backoff.wait(ctx)
 			continue
 		}
-		for _, st := range streams {
-			for _, msg := range st.Messages {
-				r.deliverFrames(msg)
-				if id, ok := parseStreamID(msg.ID); ok {
-					last = id
-				}
-				untrimmed++
+		for _, msg := range msgs {
+			r.deliverFrames(msg)
+			if id, ok := parseStreamID(msg.ID); ok {
+				last = id
 			}
+			untrimmed++
 		}
 		due := time.Now().After(renew)
 		if untrimmed >= inboxTrimBatch || (due && untrimmed > 0) {
@@ -95,8 +93,8 @@ func (r *serveRun) readInbox(ctx context.Context, q *queue) {
 // its stream. A malformed frame breaks its stream (the frames before it
 // still count); the entry's other frames are lost with it, and their
 // stream sees the gap.
-func (r *serveRun) deliverFrames(msg redis.XMessage) {
-	raw, _ := msg.Values[wire.StreamField].(string)
+func (r *serveRun) deliverFrames(msg xread.Entry) {
+	raw, _ := msg.Value(wire.StreamField)
 	frames, err := wire.DecodeFramesString(raw)
 	for _, f := range frames {
 		if ss := r.streams.get(f.ID); ss != nil {

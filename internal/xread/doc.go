@@ -1,4 +1,4 @@
-// Package xread reads the replies of XREADGROUP as Redis sends them,
+// Package xread reads the replies of XREADGROUP and XREAD as Redis sends them,
 // without go-redis's parsing: go-redis builds a map, boxes each value and
 // allocates a string for every id, field and value of every entry, which
 // at rpr's call rates is a twelfth of the CPU of a unary call and a fifth

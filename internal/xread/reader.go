@@ -25,32 +25,42 @@ const readMargin = 2 * time.Second
 // of a batch and its small entries do.
 const keepBytes = 1 << 20
 
-// Reader reads one stream through a consumer group, read after read, from
-// one goroutine: a Reader must not be used by two at once. Each read is an
-// XREADGROUP whose reply go-redis writes raw into the Reader's buffer,
+// Reader reads one stream, read after read, from one goroutine: a Reader
+// must not be used by two at once. Each read (XREADGROUP, or XREAD after
+// an id) has go-redis write its raw reply into the Reader's buffer,
 // unless it must go through go-redis's typed command (see Read).
 type Reader struct {
 	rdb      redis.UniversalClient
-	args     redis.XReadGroupArgs
-	maxBlock time.Duration // the longest block a raw read may ask for; < 0: none
-	broken   error         // a raw reply that could not be parsed: typed reads from then on
+	stream   string
+	group    *redis.XReadGroupArgs // nil: XREAD by id
+	maxBlock time.Duration         // the longest block a raw read may ask for; < 0: none
+	broken   error                 // a raw reply that could not be parsed: typed reads from then on
 
-	sink   sink
-	cmdArg []any // the raw command's arguments, kept between reads
+	sink sink
+	// The raw command's arguments, kept between reads while count, block
+	// and the id read after stay the same (boxing them allocates).
+	cmdArg []any
 	count  int64
 	block  time.Duration
+	after  string
 }
 
-// NewReader returns a Reader of stream for consumer of group; with noAck
-// the entries it reads are not added to the group's pending list
-// (XREADGROUP NOACK).
+// NewReader returns a Reader of the new entries of stream for consumer
+// of group (Read). With noAck they are not added to the group's pending
+// list (XREADGROUP NOACK).
 func NewReader(rdb redis.UniversalClient, group, consumer, stream string, noAck bool) *Reader {
 	return &Reader{
 		rdb:      rdb,
-		args:     redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"}, NoAck: noAck},
+		stream:   stream,
+		group:    &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"}, NoAck: noAck},
 		maxBlock: maxRawBlock(rdb),
-		count:    -1,
 	}
+}
+
+// NewStreamReader returns a Reader of stream by id, without a consumer
+// group (ReadAfter).
+func NewStreamReader(rdb redis.UniversalClient, stream string) *Reader {
+	return &Reader{rdb: rdb, stream: stream, maxBlock: maxRawBlock(rdb)}
 }
 
 // maxRawBlock is the longest block rdb's read timeout lets a raw read
@@ -72,9 +82,9 @@ func maxRawBlock(rdb redis.UniversalClient) time.Duration {
 	return timeout - readMargin
 }
 
-// MaxRawBlock is the longest block time Read serves from a raw reply;
-// longer blocks go through go-redis's typed command. It is negative when
-// none does.
+// MaxRawBlock is the longest block time a read is served from a raw
+// reply; longer blocks go through go-redis's typed command. It is
+// negative when none is.
 func (r *Reader) MaxRawBlock() time.Duration {
 	if r.broken != nil {
 		return -1
@@ -82,17 +92,28 @@ func (r *Reader) MaxRawBlock() time.Duration {
 	return r.maxBlock
 }
 
-// Read reads up to count new entries, waiting up to block for the first.
-// When none came within block it returns redis.Nil, as go-redis does. A
-// block longer than MaxRawBlock, and a read Redis answered with an error
-// (a missing group, a Cluster redirect go-redis follows), go through
-// go-redis's typed XREADGROUP, so that they behave exactly as it does.
+// Read reads up to count new entries through the Reader's consumer group,
+// waiting up to block for the first. When none came within block it
+// returns redis.Nil, as go-redis does. A block longer than MaxRawBlock,
+// and a read Redis answered with an error (a missing group, a Cluster
+// redirect go-redis follows), go through go-redis's typed XREADGROUP, so
+// that they behave exactly as it does.
 func (r *Reader) Read(ctx context.Context, count int64, block time.Duration) ([]Entry, error) {
+	return r.read(ctx, count, block, ">")
+}
+
+// ReadAfter is Read for a Reader made by NewStreamReader: up to count
+// entries after id, through XREAD.
+func (r *Reader) ReadAfter(ctx context.Context, id string, count int64, block time.Duration) ([]Entry, error) {
+	return r.read(ctx, count, block, id)
+}
+
+func (r *Reader) read(ctx context.Context, count int64, block time.Duration, after string) ([]Entry, error) {
 	if block > r.MaxRawBlock() {
-		return r.readTyped(ctx, count, block)
+		return r.readTyped(ctx, count, block, after)
 	}
 	r.sink.reset()
-	cmd := redis.NewRawWriteToCmd(ctx, &r.sink, r.rawArgs(count, block)...)
+	cmd := redis.NewRawWriteToCmd(ctx, &r.sink, r.rawArgs(count, block, after)...)
 	cmd.SetFirstKeyPos(int8(len(r.cmdArg) - 2))
 	if err := r.rdb.Process(ctx, cmd); err != nil {
 		return nil, err
@@ -103,20 +124,26 @@ func (r *Reader) Read(ctx context.Context, count int64, block time.Duration) ([]
 	case err == nil, errors.Is(err, redis.Nil):
 		return entries, err
 	case errors.As(err, &refused):
-		return r.readTyped(ctx, count, block)
+		return r.readTyped(ctx, count, block, after)
 	}
 	// Redis's reply is not one Parse knows: what it delivered stays in
-	// the pending list (or, with NOACK, in the stream) for the caller to
-	// recover, and later reads take go-redis's path.
+	// the pending list (or in the stream) for the caller to recover, and
+	// later reads take go-redis's path.
 	r.broken = err
-	return nil, fmt.Errorf("xread: %s: unreadable raw reply (later reads use go-redis's): %w", r.args.Streams[0], err)
+	return nil, fmt.Errorf("xread: %s: unreadable raw reply (later reads use go-redis's): %w", r.stream, err)
 }
 
-// readTyped is Read through go-redis's XReadGroup.
-func (r *Reader) readTyped(ctx context.Context, count int64, block time.Duration) ([]Entry, error) {
-	args := r.args
-	args.Count, args.Block = count, block
-	streams, err := r.rdb.XReadGroup(ctx, &args).Result()
+// readTyped is a read through go-redis's XReadGroup or XRead.
+func (r *Reader) readTyped(ctx context.Context, count int64, block time.Duration, after string) ([]Entry, error) {
+	var streams []redis.XStream
+	var err error
+	if r.group != nil {
+		args := *r.group
+		args.Count, args.Block = count, block
+		streams, err = r.rdb.XReadGroup(ctx, &args).Result()
+	} else {
+		streams, err = r.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{r.stream, after}, Count: count, Block: block}).Result()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -127,22 +154,27 @@ func (r *Reader) readTyped(ctx context.Context, count int64, block time.Duration
 	return entries, nil
 }
 
-// rawArgs returns the arguments of the raw XREADGROUP, built again only
-// when count or block changed (boxing them allocates).
-func (r *Reader) rawArgs(count int64, block time.Duration) []any {
-	if r.cmdArg != nil && count == r.count && block == r.block {
+// rawArgs returns the arguments of the raw read, built again only when
+// count, block or after changed.
+func (r *Reader) rawArgs(count int64, block time.Duration, after string) []any {
+	if r.cmdArg != nil && count == r.count && block == r.block && after == r.after {
 		return r.cmdArg
 	}
-	r.count, r.block = count, block
-	args := []any{"xreadgroup", "group", r.args.Group, r.args.Consumer}
+	r.count, r.block, r.after = count, block, after
+	var args []any
+	if r.group != nil {
+		args = []any{"xreadgroup", "group", r.group.Group, r.group.Consumer}
+	} else {
+		args = []any{"xread"}
+	}
 	if count > 0 {
 		args = append(args, "count", count)
 	}
 	args = append(args, "block", int64(block/time.Millisecond))
-	if r.args.NoAck {
+	if r.group != nil && r.group.NoAck {
 		args = append(args, "noack")
 	}
-	r.cmdArg = append(args, "streams", r.args.Streams[0], ">")
+	r.cmdArg = append(args, "streams", r.stream, after)
 	return r.cmdArg
 }
 

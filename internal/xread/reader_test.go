@@ -1,6 +1,7 @@
 package xread_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,9 +17,12 @@ import (
 	"github.com/rprtunnel/rpr/internal/xread"
 )
 
-// commandNames records the name of every command a client sends, and
-// whether go-redis's typed XREADGROUP sent it.
-type commandNames struct{ typed, raw int }
+// commandNames counts a client's stream reads (XREADGROUP, or XREAD
+// with the read fields), raw and typed.
+type commandNames struct {
+	name       string
+	typed, raw int
+}
 
 func (c *commandNames) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -26,7 +30,7 @@ func (c *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 func (c *commandNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "xreadgroup" {
+		if name := cmp.Or(c.name, "xreadgroup"); cmd.Name() == name {
 			if _, ok := cmd.(*redis.RawWriteToCmd); ok {
 				c.raw++
 			} else {
@@ -151,5 +155,45 @@ func TestReaderOnCluster(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(entries, want) {
 			t.Fatalf("%s: %q, %v; want %q", stream, entries, err, want)
 		}
+	}
+}
+
+// A Reader by id (XREAD) reads what was added after the id it is given,
+// raw, and an error reply goes through go-redis's typed XREAD.
+func TestStreamReaderReadsAfterAnID(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	names := &commandNames{name: "xread"}
+	rdb.AddHook(names)
+	ctx := context.Background()
+	var want []xread.Entry
+	for i := range 3 {
+		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "inbox", Values: []any{"s", fmt.Sprint(i)}}).Val()
+		want = append(want, xread.Entry{ID: id, Fields: []string{"s", fmt.Sprint(i)}})
+	}
+	r := xread.NewStreamReader(rdb, "inbox")
+	got, err := r.ReadAfter(ctx, "0-0", 512, 100*time.Millisecond)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ReadAfter(0-0) = %q, %v; want %q", got, err, want)
+	}
+	got, err = r.ReadAfter(ctx, want[0].ID, 1, 100*time.Millisecond)
+	if err != nil || !reflect.DeepEqual(got, want[1:2]) {
+		t.Fatalf("ReadAfter(first, count 1) = %q, %v; want %q", got, err, want[1:2])
+	}
+	if _, err := r.ReadAfter(ctx, want[2].ID, 512, 50*time.Millisecond); !errors.Is(err, redis.Nil) {
+		t.Fatalf("ReadAfter(last): %v, want redis.Nil", err)
+	}
+	if names.raw != 3 || names.typed != 0 {
+		t.Fatalf("reads: %d raw, %d typed; want 3 raw", names.raw, names.typed)
+	}
+
+	if err := rdb.Set(ctx, "notastream", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = xread.NewStreamReader(rdb, "notastream").ReadAfter(ctx, "0-0", 1, 10*time.Millisecond)
+	if err == nil || !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		t.Fatalf("ReadAfter of a string key: %v, want go-redis's WRONGTYPE error", err)
+	}
+	if names.raw != 4 || names.typed != 1 {
+		t.Fatalf("reads: %d raw, %d typed; want the refused raw read made again typed", names.raw, names.typed)
 	}
 }
