@@ -74,6 +74,8 @@ type Client struct {
 // it writes once the command carrying them has returned, so a go-redis
 // hook added to rdb may read a command's arguments while the command runs
 // but must copy any it keeps after that, as an io.Writer must not keep p.
+// Such a hook sees the Client's reads of its response streams as
+// *redis.RawWriteToCmd: rpr parses their replies itself.
 func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("rpr: NewClient: redis client is nil (use tunnel.Open)")

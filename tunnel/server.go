@@ -228,7 +228,9 @@ type serverService struct {
 // caller's: Serve does not close it. Like a Client, the Server reuses the
 // memory of the envelopes it writes once the command carrying them has
 // returned: a go-redis hook added to rdb must copy any argument it keeps
-// after the command returns.
+// after the command returns. Such a hook sees the Server's reads of its
+// request streams and stream inbox as *redis.RawWriteToCmd: rpr parses
+// their replies itself.
 func NewServer(rdb redis.UniversalClient, opts ServerOptions) (*Server, error) {
 	if rdb == nil {
 		return nil, errors.New("rpr: NewServer: redis client is nil (use tunnel.Open)")
