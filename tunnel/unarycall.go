@@ -1,0 +1,235 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/rprtunnel/rpr/internal/wire"
+)
+
+// A unary call from start to answer: its attempts, each one XADD and
+// one wait for the answer, and the answer turned into the reply.
+
+// unaryCall is a unary call's start and what its attempts share, in one
+// allocation.
+type unaryCall struct {
+	start callStart
+	call  outgoingCall
+}
+
+func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
+	u := new(unaryCall)
+	started := &u.start
+	ctx = c.startCallIn(ctx, started, method, opts)
+	defer func() {
+		err = withCall(err, started.full, started.rid)
+		started.end(err)
+	}()
+	cfg, full, rid := &started.cfg, started.full, started.rid
+
+	if deadline := c.deadline(ctx, method, cfg.timeout); !ctxEndsBy(ctx, deadline) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if ctx.Err() != nil { // cancelled, or a budget spent upstream
+		return notSent(ctx, full, rid, "before the call began")
+	}
+	if err := c.takeSlot(ctx, started); err != nil {
+		return err
+	}
+	defer c.slots.release()
+
+	buf, err := c.marshalRequestPooled(started, req)
+	if err != nil {
+		return err
+	}
+	defer c.buffers.Put(buf) // every attempt's envelope is a copy
+	call := &u.call
+	*call = outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg}
+	policy := cfg.retry.withDefaults()
+	for attempt := 1; ; attempt++ {
+		if started.span.IsRecording() {
+			started.span.SetAttributes(attrAttempt.Int(attempt))
+		}
+		err := c.attempt(ctx, call, attempt, reply)
+		if err == nil || cfg.retry == nil || !policy.allows(err, method, attempt) {
+			return err
+		}
+		pause := policy.backoff(attempt)
+		if deadline, _ := ctx.Deadline(); time.Until(deadline) <= pause {
+			return err // no time left for another attempt
+		}
+		c.log.Debug("rpr: retrying", "request_id", rid, "method", full, "attempt", attempt+1, "after", pause, "error", err)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// sentOrContextEnded returns err, unless err is a failure to prepare or
+// send a request that came from ctx having ended: then it is the error of
+// a call not sent, with ctx's code (a Redis command made with an ended
+// context fails, and must not read as Redis being unreachable).
+func sentOrContextEnded(ctx context.Context, err error, full, rid string) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	e, ok := err.(*Error)
+	if !ok || !e.local || !e.notExecuted || e.code == contextCode(ctx) {
+		return err
+	}
+	return notSent(ctx, full, rid, "while the call was being prepared")
+}
+
+// outgoingCall is what every attempt of one call shares: the same request
+// id (one call, one id in every log line and trace).
+type outgoingCall struct {
+	method  *MethodDesc
+	full    string
+	id      string
+	payload []byte
+	cfg     *callConfig
+	// lane and shard are chosen on the first attempt and kept, so that
+	// every attempt finds the request's state in the same shard.
+	lane   string
+	shard  int
+	routed bool
+	// firstSend is the first attempt's send, allocated with the call.
+	// Later attempts take new ones: an attempt that gave up may leave its
+	// send with a flusher, which finishes it after the attempt returned.
+	firstSend sendOp
+}
+
+// attempt sends the call once and waits for its outcome.
+func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, reply proto.Message) (err error) {
+	full, rid := call.full, call.id
+	// Circuit breakers: fail at once while Redis or the
+	// service is down; report this attempt's outcome when it ends.
+	pass, err := c.breakers.allow(call.method.Service.Name, full, rid)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = sentOrContextEnded(ctx, err, full, rid)
+		pass.done(err)
+	}()
+	svc, err := c.service(ctx, call.method.Service.Name, call.method.Service.Shards)
+	if err != nil {
+		return err
+	}
+	if !call.routed {
+		call.lane, call.shard = c.route(svc, call.method, call.cfg, "")
+		call.routed = true
+	}
+	responses, err := c.openResponses(ctx, svc, call.shard)
+	if err != nil {
+		return err
+	}
+	if err := svc.admit(full, rid, c.maxBacklog(call.method), c.opts.BacklogWatermark); err != nil {
+		return err
+	}
+	live, err := c.anyLiveWorker(ctx, svc, call.lane)
+	if err != nil {
+		return notExecutedf(Unavailable, "%s [%s]: cannot reach Redis to look for servers of %s: %v", full, rid, call.method.Service.Name, err)
+	}
+	if !live {
+		return noLiveServer(c.noLiveServerError(svc, full, rid, call.lane))
+	}
+
+	// Rate limits: one round trip when a rule applies, none otherwise.
+	if err := c.limit(ctx, svc, full, rid, call.cfg.header); err != nil {
+		return err
+	}
+
+	deadline, _ := ctx.Deadline()
+	sentAt := time.Now()
+	envelope, err := c.encodeRequestPooled(&wire.Request{
+		Version:  wire.Version,
+		ID:       rid,
+		Method:   full,
+		Deadline: c.clock.toRedis(deadline),
+		Header:   call.cfg.header,
+		ReplyTo:  responses.key,
+		Enqueued: c.clock.toRedis(sentAt),
+		Attempt:  attempt,
+		Kind:     wire.KindUnary,
+		Payload:  call.payload,
+	})
+	if err != nil {
+		return notExecutedf(Internal, "%s [%s]: %v", full, rid, err)
+	}
+
+	send := &call.firstSend
+	if attempt > 1 {
+		send = new(sendOp)
+	}
+	send.init(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers)
+	svc.expect(rid, &send.outcome)
+	defer svc.forget(rid)
+	err = c.writer.submit(ctx, &send.pipelineOp)
+	if err != nil {
+		send.releaseEnvelope() // never queued
+	}
+	if errors.Is(err, errBatcherClosed) {
+		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
+	}
+	if err != nil { // the context ended while waiting to queue: nothing was sent
+		return c.gaveUp(ctx, svc, call, sentAt, false, "")
+	}
+
+	// One wake-up per call: the response, a failed send (delivered through
+	// wait too), or the end of the context.
+	select {
+	case <-send.outcome.done:
+		res := send.outcome.res
+		if res.err != nil {
+			return res.err
+		}
+		return c.finish(full, res.resp, reply, call.cfg)
+	case <-ctx.Done():
+		// A request still queued in this process is withdrawn and never
+		// sent; one already handed to Redis needs the arbiter, which needs
+		// its entry id: the send's reply is due any moment.
+		if send.abandon() {
+			send.releaseEnvelope() // withdrawn before a flusher took it
+			return c.gaveUp(ctx, svc, call, sentAt, false, "")
+		}
+		return c.gaveUp(ctx, svc, call, sentAt, true, send.awaitEntryID(arbiterBudget))
+	}
+}
+
+// finish turns a response envelope into reply or an error.
+func (c *Client) finish(full string, resp *wire.Response, reply proto.Message, cfg *callConfig) error {
+	if cfg.responseHeader != nil {
+		*cfg.responseHeader = resp.Header
+	}
+	if cfg.trailer != nil {
+		*cfg.trailer = resp.Trailer
+	}
+	if Code(resp.Code) != OK {
+		e := &Error{code: Code(resp.Code), message: resp.Message}
+		for _, raw := range resp.Details {
+			a := new(anypb.Any)
+			if err := proto.Unmarshal(raw, a); err != nil {
+				c.log.Warn("rpr: dropping undecodable error detail", "request_id", resp.ID, "method", full, "error", err)
+				continue
+			}
+			e.details = append(e.details, a)
+		}
+		return e
+	}
+	if len(resp.Payload) > c.opts.MaxResponseBytes {
+		return Errorf(ResourceExhausted, "%s [%s]: response is %d bytes, over the %d-byte limit (ClientOptions.MaxResponseBytes)", full, resp.ID, len(resp.Payload), c.opts.MaxResponseBytes)
+	}
+	if err := proto.Unmarshal(resp.Payload, reply); err != nil {
+		return Errorf(Internal, "%s [%s]: response is not a valid %s: %v (are client and server built from the same .proto?)", full, resp.ID, reply.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return nil
+}
