@@ -81,5 +81,5 @@ func (c *Client) bizCode(method *MethodDesc) string {
 	case c.opts.BizCode != "":
 		return c.opts.BizCode
 	}
-	return bizCodeForService(method.Service.Name)
+	return c.bizCodes.get(method.Service.Name, bizCodeForService)
 }

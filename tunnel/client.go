@@ -54,6 +54,9 @@ type Client struct {
 	// fullNames caches "service/method" by service and method name, so a
 	// call does not build the string again.
 	fullNames boundedCache[[2]string, string]
+	// bizCodes caches the business code derived from a service's name,
+	// for services that set none.
+	bizCodes boundedCache[string, string]
 
 	// ctx ends when the client closes; it bounds every background goroutine.
 	ctx    context.Context
