@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,9 +21,10 @@ type completion struct {
 	kind  completionKind
 	store.Completion
 	// result is the verdict (store.Written, store.CallerGone or
-	// store.Fenced) or an error, set before written closes.
+	// store.Fenced) or an error, set before written is signalled.
 	result  completionResult
-	written chan struct{}
+	written chan struct{} // buffered: signalled once by the flush
+
 }
 
 // completionKind says which script writes a completion.
@@ -58,6 +60,9 @@ type completer struct {
 	// retention is how long fast-path answers keep their finished records
 	// (ServerOptions.Retention); 0 for not at all.
 	retention time.Duration
+	// signals holds the channels complete waits on, reused rather than
+	// made for every request.
+	signals sync.Pool
 }
 
 func newCompleter(s *Server, queueSize int, observe func(size int, full bool)) *completer {
@@ -69,11 +74,16 @@ func newCompleter(s *Server, queueSize int, observe func(size int, full bool)) *
 
 // complete queues one completion and waits for its result.
 func (c *completer) complete(comp *completion) completionResult {
-	comp.written = make(chan struct{})
+	written, _ := c.signals.Get().(chan struct{})
+	if written == nil {
+		written = make(chan struct{}, 1)
+	}
+	defer c.signals.Put(written) // empty again: signalled once, received once, or never queued
+	comp.written = written
 	if err := c.submit(context.Background(), comp); err != nil {
 		return completionResult{err: err}
 	}
-	<-comp.written
+	<-written
 	return comp.result
 }
 
@@ -140,7 +150,7 @@ func (c *completer) flush(batch []*completion) {
 			} else {
 				comp.result = completionResult{n: results[i]}
 			}
-			close(comp.written)
+			comp.written <- struct{}{}
 		}
 	}
 }
