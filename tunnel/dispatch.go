@@ -46,6 +46,7 @@ type serveRun struct {
 	completer    *completer
 	frames       *batcher // streams' frames, one flush at a time
 	running      runningSet
+	deadlines    deadlineTimer // handlers' deadlines
 	streams      openStreams
 	// streamHandlers counts the stream handlers running; Serve waits for
 	// them.

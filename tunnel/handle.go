@@ -20,6 +20,7 @@ import (
 // running set, its handler's info, its response and its completion.
 type handling struct {
 	running  runningRequest
+	deadline deadlineContext // the parent of the handler's context
 	info     handlerInfo
 	ctx      infoContext // the handler's context, carrying info
 	response wire.Response
@@ -43,9 +44,9 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	}
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	ctx, cancelCause := context.WithCancelCause(ctx)
+	r.deadlines.start(&req.handling.deadline, nil, deadline)
+	defer r.deadlines.release(&req.handling.deadline)
+	ctx, cancelCause := context.WithCancelCause(&req.handling.deadline)
 	defer cancelCause(nil)
 	ctx = withCaller(ctx, req.caller())
 	req.handling.running = runningRequest{queue: q, received: req, cancel: cancelCause}

@@ -1,0 +1,206 @@
+package tunnel
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Per-call deadlines without a runtime timer per call.
+//
+// context.WithDeadline costs a runtime timer and four allocations per
+// call; a server's requests all start from context.Background, a client's
+// calls often from a context that never ends, and most end long before
+// their deadline. A deadlineTimer keeps their deadlines in one heap behind
+// one timer instead.
+//
+// A handler's context is a cancelCtx (context.WithCancelCause, for the
+// causes the server cancels with) whose parent is a deadlineContext: when
+// the deadline passes, the context package cancels the child with the
+// parent's error, DeadlineExceeded, so the handler, its context's children
+// and context.Cause all see DeadlineExceeded, as under
+// context.WithDeadline. A unary call whose caller's context never ends
+// runs on a deadlineContext over the caller's values.
+
+// deadlineContext is a context done at its deadline or when released,
+// whichever comes first, with the values of the context it was started
+// over. It implements the AfterFunc method the context package uses to
+// hear of its end without a goroutine per child.
+type deadlineContext struct {
+	values   context.Context // nil for none
+	deadline time.Time
+	done     chan struct{}
+
+	mu      sync.Mutex
+	err     error // set when done closes
+	after   []func()
+	afterAt [1]func() // after's room for the one child a handler context has
+
+	index int // in its deadlineTimer's heap; -1 when not in it
+}
+
+var _ context.Context = (*deadlineContext)(nil)
+
+func (c *deadlineContext) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *deadlineContext) Done() <-chan struct{}       { return c.done }
+
+func (c *deadlineContext) Value(key any) any {
+	if c.values == nil {
+		return nil
+	}
+	return c.values.Value(key)
+}
+
+func (c *deadlineContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *deadlineContext) String() string {
+	parent := "context.Background"
+	if c.values != nil {
+		parent = fmt.Sprint(c.values)
+	}
+	return parent + ".WithDeadline(" + c.deadline.String() + ")"
+}
+
+// AfterFunc arranges for f to run once c ends, on the goroutine that ends
+// it (the context package passes only a child's cancel, which does not
+// block); stop unregisters f and reports whether it did.
+func (c *deadlineContext) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	i := len(c.after)
+	c.after = append(c.after, f)
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.err != nil || i >= len(c.after) || c.after[i] == nil {
+			return false
+		}
+		c.after[i] = nil
+		return true
+	}
+}
+
+// end ends c with err: its Done closes and its registered funcs run.
+func (c *deadlineContext) end(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	after := c.after
+	c.after = nil
+	close(c.done)
+	c.mu.Unlock()
+	for _, f := range after {
+		if f != nil {
+			f()
+		}
+	}
+}
+
+// deadlineTimer fires the deadlines of deadlineContexts from one runtime
+// timer, set for the earliest deadline it holds (or later: see fire).
+type deadlineTimer struct {
+	mu    sync.Mutex
+	heap  deadlineHeap
+	timer *time.Timer
+	armed time.Time // when timer fires; zero when it is not set
+}
+
+// start makes c a context over values (nil for none) done at deadline
+// and, unless that has passed, puts it in t's heap. The caller must
+// release it when the call ends, as it would call a CancelFunc.
+func (t *deadlineTimer) start(c *deadlineContext, values context.Context, deadline time.Time) {
+	*c = deadlineContext{values: values, deadline: deadline, done: make(chan struct{}), index: -1}
+	c.after = c.afterAt[:0]
+	if !time.Now().Before(deadline) {
+		c.end(context.DeadlineExceeded)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	heap.Push(&t.heap, c)
+	// The timer moves only earlier: a deadline released before it
+	// passes leaves the timer where it was, and fire sets it again.
+	if t.armed.IsZero() || deadline.Before(t.armed) {
+		t.arm(deadline)
+	}
+}
+
+// release takes c out of t's heap and, unless its deadline has passed,
+// ends it with context.Canceled, as a CancelFunc would: its call is over.
+func (t *deadlineTimer) release(c *deadlineContext) {
+	t.mu.Lock()
+	if c.index >= 0 {
+		heap.Remove(&t.heap, c.index)
+	}
+	t.mu.Unlock()
+	c.end(context.Canceled)
+}
+
+// arm sets the timer for at; t.mu is held.
+func (t *deadlineTimer) arm(at time.Time) {
+	t.armed = at
+	wait := time.Until(at)
+	if t.timer == nil {
+		t.timer = time.AfterFunc(wait, t.fire)
+		return
+	}
+	t.timer.Reset(wait)
+}
+
+// fire expires every context whose deadline has passed and sets the timer
+// for the earliest one left.
+func (t *deadlineTimer) fire() {
+	now := time.Now()
+	var due []*deadlineContext
+	t.mu.Lock()
+	for len(t.heap) > 0 && !now.Before(t.heap[0].deadline) {
+		due = append(due, heap.Pop(&t.heap).(*deadlineContext))
+	}
+	t.armed = time.Time{}
+	if len(t.heap) > 0 {
+		t.arm(t.heap[0].deadline)
+	}
+	t.mu.Unlock()
+	for _, c := range due {
+		c.end(context.DeadlineExceeded)
+	}
+}
+
+// deadlineHeap orders contexts by deadline, for container/heap.
+type deadlineHeap []*deadlineContext
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h deadlineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *deadlineHeap) Push(x any) {
+	c := x.(*deadlineContext)
+	c.index = len(*h)
+	*h = append(*h, c)
+}
+
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	c.index = -1
+	*h = old[:len(old)-1]
+	return c
+}

@@ -1,0 +1,152 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// handlerContext builds a context as handle does: a cancelCtx over a
+// deadlineContext started on t.
+func handlerContext(t *deadlineTimer, dc *deadlineContext, deadline time.Time) (context.Context, context.CancelCauseFunc) {
+	t.start(dc, nil, deadline)
+	return context.WithCancelCause(dc)
+}
+
+func TestDeadlineContextEndsLikeWithDeadline(t *testing.T) {
+	var timer deadlineTimer
+	var dc deadlineContext
+	deadline := time.Now().Add(50 * time.Millisecond)
+	ctx, cancel := handlerContext(&timer, &dc, deadline)
+	defer cancel(nil)
+	child, cancelChild := context.WithTimeout(ctx, time.Hour)
+	defer cancelChild()
+
+	if d, ok := ctx.Deadline(); !ok || !d.Equal(deadline) {
+		t.Fatalf("Deadline() = %v, %v; want %v, true", d, ok, deadline)
+	}
+	if d, _ := child.Deadline(); !d.Equal(deadline) {
+		t.Fatalf("child's Deadline() = %v; want the parent's %v", d, deadline)
+	}
+	<-child.Done()
+	if now := time.Now(); now.Before(deadline) {
+		t.Fatalf("done at %v, before the deadline %v", now, deadline)
+	}
+	for name, c := range map[string]context.Context{"handler": ctx, "child": child} {
+		if !errors.Is(c.Err(), context.DeadlineExceeded) {
+			t.Errorf("%s context: Err() = %v; want DeadlineExceeded", name, c.Err())
+		}
+		if !errors.Is(context.Cause(c), context.DeadlineExceeded) {
+			t.Errorf("%s context: Cause = %v; want DeadlineExceeded", name, context.Cause(c))
+		}
+	}
+}
+
+func TestDeadlineContextKeepsACancelsCause(t *testing.T) {
+	var timer deadlineTimer
+	var dc deadlineContext
+	ctx, cancel := handlerContext(&timer, &dc, time.Now().Add(20*time.Millisecond))
+	child, cancelChild := context.WithCancel(ctx)
+	defer cancelChild()
+	cause := errors.New("lease lost")
+	cancel(cause)
+	timer.release(&dc)
+	<-child.Done()
+	if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), cause) || !errors.Is(context.Cause(child), cause) {
+		t.Fatalf("Err %v, Cause %v, child's Cause %v; want Canceled and %v", ctx.Err(), context.Cause(ctx), context.Cause(child), cause)
+	}
+
+	// A released deadline never fires: a later one that does fire
+	// leaves the released context alone.
+	var later deadlineContext
+	laterCtx, cancelLater := handlerContext(&timer, &later, time.Now().Add(40*time.Millisecond))
+	defer cancelLater(nil)
+	<-laterCtx.Done()
+	if !errors.Is(dc.Err(), context.Canceled) {
+		t.Fatalf("released deadline context: Err() = %v; want Canceled, from the release", dc.Err())
+	}
+}
+
+func TestDeadlineTimerFiresEachInOrderAndSkipsReleased(t *testing.T) {
+	var timer deadlineTimer
+	const n = 200
+	contexts := make([]deadlineContext, n)
+	handlers := make([]context.Context, n)
+	deadlines := make([]time.Time, n)
+	start := time.Now()
+	for i := range n {
+		// Deadlines out of start order, so the timer must move earlier.
+		deadlines[i] = start.Add(time.Duration(10+(i*37)%100) * time.Millisecond)
+		var cancel context.CancelCauseFunc
+		handlers[i], cancel = handlerContext(&timer, &contexts[i], deadlines[i])
+		defer cancel(nil)
+	}
+	released := make([]context.Context, 0, n/4)
+	for i := 0; i < n; i += 4 {
+		// A child of the released context, made before the release, sees
+		// it end as a cancel, not at the deadline.
+		child, cancel := context.WithCancel(&contexts[i])
+		defer cancel()
+		released = append(released, child)
+		timer.release(&contexts[i])
+	}
+	for i := range n {
+		if i%4 == 0 {
+			continue
+		}
+		<-handlers[i].Done()
+		if now := time.Now(); now.Before(deadlines[i]) {
+			t.Fatalf("context %d done at %v, before its deadline %v", i, now, deadlines[i])
+		}
+		if !errors.Is(handlers[i].Err(), context.DeadlineExceeded) {
+			t.Fatalf("context %d: Err() = %v; want DeadlineExceeded", i, handlers[i].Err())
+		}
+	}
+	for i, child := range released {
+		if err := child.Err(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("child of released context %d: Err() = %v; want Canceled", 4*i, err)
+		}
+	}
+	if len(timer.heap) != 0 {
+		t.Fatalf("%d contexts left in the heap; want none", len(timer.heap))
+	}
+}
+
+func TestDeadlineContextPastDeadlineIsDoneAtOnce(t *testing.T) {
+	var timer deadlineTimer
+	var dc deadlineContext
+	ctx, cancel := handlerContext(&timer, &dc, time.Now().Add(-time.Second))
+	defer cancel(nil)
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("a context whose deadline has passed is not done")
+	}
+	if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || len(timer.heap) != 0 {
+		t.Fatalf("Cause %v, %d in the heap; want DeadlineExceeded and none", context.Cause(ctx), len(timer.heap))
+	}
+	timer.release(&dc) // harmless
+}
+
+func TestDeadlineContextsStartNoGoroutines(t *testing.T) {
+	var timer deadlineTimer
+	before := runtime.NumGoroutine()
+	const n = 500
+	contexts := make([]deadlineContext, n)
+	cancels := make([]context.CancelCauseFunc, n)
+	for i := range n {
+		_, cancels[i] = handlerContext(&timer, &contexts[i], time.Now().Add(time.Hour))
+	}
+	if grown := runtime.NumGoroutine() - before; grown > n/10 {
+		t.Fatalf("%d handler contexts started %d goroutines; want none per context", n, grown)
+	}
+	for i := range n {
+		cancels[i](nil)
+		timer.release(&contexts[i])
+	}
+	if len(timer.heap) != 0 {
+		t.Fatalf("%d contexts left in the heap after release; want none", len(timer.heap))
+	}
+}
