@@ -54,7 +54,7 @@ type Client struct {
 	// fullNames caches "service/method" by service and method name, so a
 	// call does not build the string again.
 	fullNames boundedCache[[2]string, string]
-	// deadlines ends unary calls whose callers' contexts never end.
+	// deadlines ends unary calls at deadlines earlier than their callers'.
 	deadlines deadlineTimer
 	// bizCodes caches the business code derived from a service's name,
 	// for services that set none.

@@ -21,17 +21,20 @@ import (
 // the deadline passes, the context package cancels the child with the
 // parent's error, DeadlineExceeded, so the handler, its context's children
 // and context.Cause all see DeadlineExceeded, as under
-// context.WithDeadline. A unary call whose caller's context never ends
-// runs on a deadlineContext over the caller's values.
+// context.WithDeadline. A unary call that needs a deadline of its own
+// runs on a deadlineContext over the caller's context.
 
-// deadlineContext is a context done at its deadline or when released,
-// whichever comes first, with the values of the context it was started
-// over. It implements the AfterFunc method the context package uses to
-// hear of its end without a goroutine per child.
+// deadlineContext is a context done at its deadline, when its parent is
+// done or when released, whichever comes first, with its parent's values.
+// It implements the AfterFunc method the context package uses to hear of
+// its end without a goroutine per child.
 type deadlineContext struct {
-	values   context.Context // nil for none
+	parent   context.Context // nil for none
 	deadline time.Time
 	done     chan struct{}
+	// stopParent unregisters the end of c from its parent's, when the
+	// parent can end.
+	stopParent func() bool
 
 	mu      sync.Mutex
 	err     error // set when done closes
@@ -47,10 +50,10 @@ func (c *deadlineContext) Deadline() (time.Time, bool) { return c.deadline, true
 func (c *deadlineContext) Done() <-chan struct{}       { return c.done }
 
 func (c *deadlineContext) Value(key any) any {
-	if c.values == nil {
+	if c.parent == nil {
 		return nil
 	}
-	return c.values.Value(key)
+	return c.parent.Value(key)
 }
 
 func (c *deadlineContext) Err() error {
@@ -61,8 +64,8 @@ func (c *deadlineContext) Err() error {
 
 func (c *deadlineContext) String() string {
 	parent := "context.Background"
-	if c.values != nil {
-		parent = fmt.Sprint(c.values)
+	if c.parent != nil {
+		parent = fmt.Sprint(c.parent)
 	}
 	return parent + ".WithDeadline(" + c.deadline.String() + ")"
 }
@@ -119,35 +122,52 @@ type deadlineTimer struct {
 	armed time.Time // when timer fires; zero when it is not set
 }
 
-// start makes c a context over values (nil for none) done at deadline
-// and, unless that has passed, puts it in t's heap. The caller must
-// release it when the call ends, as it would call a CancelFunc.
-func (t *deadlineTimer) start(c *deadlineContext, values context.Context, deadline time.Time) {
-	*c = deadlineContext{values: values, deadline: deadline, done: make(chan struct{}), index: -1}
+// start makes c a child of parent (nil for none) done at deadline and,
+// unless that has passed, puts it in t's heap. The caller must release it
+// when the call ends, as it would call a CancelFunc.
+func (t *deadlineTimer) start(c *deadlineContext, parent context.Context, deadline time.Time) {
+	*c = deadlineContext{parent: parent, deadline: deadline, done: make(chan struct{}), index: -1}
 	c.after = c.afterAt[:0]
+	cancelable := parent != nil && parent.Done() != nil
+	if cancelable && parent.Err() != nil {
+		c.end(parent.Err())
+		return
+	}
 	if !time.Now().Before(deadline) {
 		c.end(context.DeadlineExceeded)
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	heap.Push(&t.heap, c)
 	// The timer moves only earlier: a deadline released before it
 	// passes leaves the timer where it was, and fire sets it again.
 	if t.armed.IsZero() || deadline.Before(t.armed) {
 		t.arm(deadline)
 	}
+	t.mu.Unlock()
+	if cancelable {
+		c.stopParent = context.AfterFunc(parent, func() { t.endEarly(c, parent.Err()) })
+	}
 }
 
-// release takes c out of t's heap and, unless its deadline has passed,
-// ends it with context.Canceled, as a CancelFunc would: its call is over.
+// release ends c with context.Canceled, as a CancelFunc would, unless it
+// has ended already: its call is over.
 func (t *deadlineTimer) release(c *deadlineContext) {
+	if c.stopParent != nil {
+		c.stopParent()
+	}
+	t.endEarly(c, context.Canceled)
+}
+
+// endEarly takes c out of t's heap and ends it with err, unless it has
+// ended already.
+func (t *deadlineTimer) endEarly(c *deadlineContext, err error) {
 	t.mu.Lock()
 	if c.index >= 0 {
 		heap.Remove(&t.heap, c.index)
 	}
 	t.mu.Unlock()
-	c.end(context.Canceled)
+	c.end(err)
 }
 
 // arm sets the timer for at; t.mu is held.

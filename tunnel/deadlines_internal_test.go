@@ -150,3 +150,56 @@ func TestDeadlineContextsStartNoGoroutines(t *testing.T) {
 		t.Fatalf("%d contexts left in the heap after release; want none", len(timer.heap))
 	}
 }
+
+func TestDeadlineContextEndsWithItsParent(t *testing.T) {
+	type key struct{}
+	var timer deadlineTimer
+	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "caller's"))
+	var dc deadlineContext
+	timer.start(&dc, parent, time.Now().Add(time.Hour))
+	defer timer.release(&dc)
+	if got := dc.Value(key{}); got != "caller's" {
+		t.Fatalf("Value = %v; want the parent's value", got)
+	}
+	child, cancelChild := context.WithCancel(&dc)
+	defer cancelChild()
+	cancelParent()
+	<-child.Done()
+	if !errors.Is(dc.Err(), context.Canceled) || !errors.Is(child.Err(), context.Canceled) {
+		t.Fatalf("Err %v, child's %v; want Canceled, the parent's", dc.Err(), child.Err())
+	}
+	timer.mu.Lock()
+	left := len(timer.heap)
+	timer.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d contexts left in the heap after the parent ended; want none", left)
+	}
+
+	// A parent that has ended already ends the context at once.
+	var ended deadlineContext
+	timer.start(&ended, parent, time.Now().Add(time.Hour))
+	defer timer.release(&ended)
+	if !errors.Is(ended.Err(), context.Canceled) {
+		t.Fatalf("started under an ended parent: Err() = %v; want Canceled", ended.Err())
+	}
+}
+
+func TestDeadlineContextUnderAParentFiresAtItsOwnDeadline(t *testing.T) {
+	var timer deadlineTimer
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+	var dc deadlineContext
+	deadline := time.Now().Add(30 * time.Millisecond)
+	timer.start(&dc, parent, deadline)
+	<-dc.Done()
+	if !errors.Is(dc.Err(), context.DeadlineExceeded) || time.Now().Before(deadline) {
+		t.Fatalf("Err() = %v at %v; want DeadlineExceeded, not before %v", dc.Err(), time.Now(), deadline)
+	}
+	timer.release(&dc) // after the deadline: keeps DeadlineExceeded
+	if !errors.Is(dc.Err(), context.DeadlineExceeded) {
+		t.Fatalf("after release: Err() = %v; want DeadlineExceeded still", dc.Err())
+	}
+	if parent.Err() != nil {
+		t.Fatalf("the parent ended with its child: %v", parent.Err())
+	}
+}

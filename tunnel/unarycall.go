@@ -19,7 +19,8 @@ import (
 type unaryCall struct {
 	start callStart
 	call  outgoingCall
-	// deadline is the call's context when the caller's never ends.
+	// deadline is the call's context when the call needs a deadline
+	// earlier than its caller's.
 	deadline deadlineContext
 }
 
@@ -34,15 +35,9 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	cfg, full, rid := &started.cfg, started.full, started.rid
 
 	if deadline := c.deadline(ctx, method, cfg.timeout); !ctxEndsBy(ctx, deadline) {
-		if ctx.Done() == nil { // the caller's context never ends: only the deadline can
-			c.deadlines.start(&u.deadline, ctx, deadline)
-			defer c.deadlines.release(&u.deadline)
-			ctx = &u.deadline
-		} else {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
-		}
+		c.deadlines.start(&u.deadline, ctx, deadline)
+		defer c.deadlines.release(&u.deadline)
+		ctx = &u.deadline
 	}
 	if ctx.Err() != nil { // cancelled, or a budget spent upstream
 		return notSent(ctx, full, rid, "before the call began")
