@@ -1,7 +1,6 @@
 package tunnel
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"sync"
@@ -138,7 +137,7 @@ func (t *deadlineTimer) start(c *deadlineContext, parent context.Context, deadli
 		return
 	}
 	t.mu.Lock()
-	heap.Push(&t.heap, c)
+	t.heap.push(c)
 	// The timer moves only earlier: a deadline released before it
 	// passes leaves the timer where it was, and fire sets it again.
 	if t.armed.IsZero() || deadline.Before(t.armed) {
@@ -164,7 +163,7 @@ func (t *deadlineTimer) release(c *deadlineContext) {
 func (t *deadlineTimer) endEarly(c *deadlineContext, err error) {
 	t.mu.Lock()
 	if c.index >= 0 {
-		heap.Remove(&t.heap, c.index)
+		t.heap.remove(c.index)
 	}
 	t.mu.Unlock()
 	c.end(err)
@@ -188,7 +187,7 @@ func (t *deadlineTimer) fire() {
 	var due []*deadlineContext
 	t.mu.Lock()
 	for len(t.heap) > 0 && !now.Before(t.heap[0].deadline) {
-		due = append(due, heap.Pop(&t.heap).(*deadlineContext))
+		due = append(due, t.heap.popMin())
 	}
 	t.armed = time.Time{}
 	if len(t.heap) > 0 {
@@ -200,27 +199,73 @@ func (t *deadlineTimer) fire() {
 	}
 }
 
-// deadlineHeap orders contexts by deadline, for container/heap.
+// deadlineHeap is a binary min-heap of contexts by deadline, each
+// knowing its index. It is written out rather than used through
+// container/heap, whose calls through an interface were most of the cost
+// of releasing a context.
 type deadlineHeap []*deadlineContext
 
-func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h deadlineHeap) Swap(i, j int) {
+func (h *deadlineHeap) push(c *deadlineContext) {
+	c.index = len(*h)
+	*h = append(*h, c)
+	h.up(c.index)
+}
+
+// popMin takes the context with the earliest deadline out of h.
+func (h *deadlineHeap) popMin() *deadlineContext {
+	c := (*h)[0]
+	h.remove(0)
+	return c
+}
+
+// remove takes the context at index i out of h.
+func (h *deadlineHeap) remove(i int) {
+	old := *h
+	last := len(old) - 1
+	removed := old[i]
+	if i != last {
+		h.swap(i, last)
+	}
+	old[last] = nil
+	*h = old[:last]
+	removed.index = -1
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+}
+
+func (h deadlineHeap) less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+
+func (h deadlineHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index, h[j].index = i, j
 }
 
-func (h *deadlineHeap) Push(x any) {
-	c := x.(*deadlineContext)
-	c.index = len(*h)
-	*h = append(*h, c)
+func (h deadlineHeap) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			return
+		}
+		h.swap(i, parent)
+		i = parent
+	}
 }
 
-func (h *deadlineHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	old[len(old)-1] = nil
-	c.index = -1
-	*h = old[:len(old)-1]
-	return c
+func (h deadlineHeap) down(i int) {
+	for {
+		least := i
+		if l := 2*i + 1; l < len(h) && h.less(l, least) {
+			least = l
+		}
+		if r := 2*i + 2; r < len(h) && h.less(r, least) {
+			least = r
+		}
+		if least == i {
+			return
+		}
+		h.swap(i, least)
+		i = least
+	}
 }

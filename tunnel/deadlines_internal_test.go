@@ -203,3 +203,34 @@ func TestDeadlineContextUnderAParentFiresAtItsOwnDeadline(t *testing.T) {
 		t.Fatalf("the parent ended with its child: %v", parent.Err())
 	}
 }
+
+func TestDeadlineHeapKeepsOrderThroughRemovals(t *testing.T) {
+	var h deadlineHeap
+	base := time.Now()
+	contexts := make([]deadlineContext, 300)
+	for i := range contexts {
+		contexts[i] = deadlineContext{deadline: base.Add(time.Duration((i*7919)%1000) * time.Millisecond), index: -1}
+		h.push(&contexts[i])
+	}
+	for i := 0; i < len(contexts); i += 3 { // removals from anywhere in the heap
+		h.remove(contexts[i].index)
+	}
+	for i, c := range h {
+		if c.index != i {
+			t.Fatalf("context at %d says index %d", i, c.index)
+		}
+	}
+	var last time.Time
+	for n := 0; len(h) > 0; n++ {
+		c := h.popMin()
+		if c.deadline.Before(last) {
+			t.Fatalf("pop %d: deadline %v before the previous %v", n, c.deadline, last)
+		}
+		last = c.deadline
+	}
+	for i := range contexts {
+		if contexts[i].index != -1 {
+			t.Fatalf("context %d still has index %d after leaving the heap", i, contexts[i].index)
+		}
+	}
+}
