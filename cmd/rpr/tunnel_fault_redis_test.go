@@ -107,12 +107,24 @@ func TestTunnelRedisRestart(t *testing.T) {
 	open = true
 	mu.Unlock()
 
-	var first tunAnswer
-	tunWait(t, 30*time.Second, "a request to succeed after the restart", func() bool {
-		first = w.send("GET", "/fast/recovering", nil)
-		return first.status == http.StatusOK
+	// Recovery is requests succeeding for a second and a half without a
+	// failure, not one success: once its dials have failed as often as it
+	// has connections, go-redis refuses new dials until a probe it makes
+	// once a second gets through, so a request that needs a new connection
+	// can fail (not sent: safe to retry) after one that found a
+	// connection succeeded.
+	var recoveredAt time.Time // when the current run of successes began
+	tunWait(t, 30*time.Second, "requests to succeed again after the restart", func() bool {
+		a := w.send("GET", "/fast/recovering", nil)
+		switch {
+		case a.status != http.StatusOK:
+			recoveredAt = time.Time{}
+		case recoveredAt.IsZero():
+			recoveredAt = time.Now()
+		}
+		return !recoveredAt.IsZero() && time.Since(recoveredAt) >= 1500*time.Millisecond
 	})
-	t.Logf("Redis restarted (pid %d); the first request after it succeeded %v after the restart began", w.redis.PID(), time.Since(down).Round(time.Millisecond))
+	t.Logf("Redis restarted (pid %d); requests succeeded again from %v after the restart began", w.redis.PID(), recoveredAt.Sub(down).Round(time.Millisecond))
 	for i := range 20 {
 		if a := w.send("GET", fmt.Sprintf("/fast/after-%d", i), nil, tagHeader, fmt.Sprintf("after-%d", i)); a.status != http.StatusOK {
 			t.Errorf("request %d after recovery: %v", i, a)
