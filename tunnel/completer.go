@@ -24,7 +24,6 @@ type completion struct {
 	// store.Fenced) or an error, set before written is signalled.
 	result  completionResult
 	written chan struct{} // buffered: signalled once by the flush
-
 }
 
 // completionKind says which script writes a completion.

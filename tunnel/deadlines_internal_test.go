@@ -58,15 +58,30 @@ func TestDeadlineContextKeepsACancelsCause(t *testing.T) {
 		t.Fatalf("Err %v, Cause %v, child's Cause %v; want Canceled and %v", ctx.Err(), context.Cause(ctx), context.Cause(child), cause)
 	}
 
-	// A released deadline never fires: a later one that does fire
-	// leaves the released context alone.
+	// The release took it out of the heap; the timer, still set for its
+	// deadline, finds nothing due then and must set itself again for a
+	// later deadline.
+	if n := heapLen(&timer); n != 0 {
+		t.Fatalf("%d contexts in the heap after the release; want none", n)
+	}
 	var later deadlineContext
 	laterCtx, cancelLater := handlerContext(&timer, &later, time.Now().Add(40*time.Millisecond))
 	defer cancelLater(nil)
-	<-laterCtx.Done()
-	if !errors.Is(dc.Err(), context.Canceled) {
-		t.Fatalf("released deadline context: Err() = %v; want Canceled, from the release", dc.Err())
+	select {
+	case <-laterCtx.Done():
+	case <-time.After(30 * time.Second): // a bound on the wait, not a timing check
+		t.Fatal("a deadline after a released one never fired: the timer did not set itself again")
 	}
+	if !errors.Is(laterCtx.Err(), context.DeadlineExceeded) || !errors.Is(dc.Err(), context.Canceled) {
+		t.Fatalf("later context: Err() = %v; released one: %v; want DeadlineExceeded and Canceled", laterCtx.Err(), dc.Err())
+	}
+}
+
+// heapLen is how many contexts t's heap holds.
+func heapLen(t *deadlineTimer) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.heap)
 }
 
 func TestDeadlineTimerFiresEachInOrderAndSkipsReleased(t *testing.T) {
@@ -92,6 +107,9 @@ func TestDeadlineTimerFiresEachInOrderAndSkipsReleased(t *testing.T) {
 		released = append(released, child)
 		timer.release(&contexts[i])
 	}
+	if got, want := heapLen(&timer), n-n/4; got != want {
+		t.Fatalf("%d contexts in the heap after releasing %d of %d; want %d", got, n/4, n, want)
+	}
 	for i := range n {
 		if i%4 == 0 {
 			continue
@@ -109,8 +127,8 @@ func TestDeadlineTimerFiresEachInOrderAndSkipsReleased(t *testing.T) {
 			t.Fatalf("child of released context %d: Err() = %v; want Canceled", 4*i, err)
 		}
 	}
-	if len(timer.heap) != 0 {
-		t.Fatalf("%d contexts left in the heap; want none", len(timer.heap))
+	if left := heapLen(&timer); left != 0 {
+		t.Fatalf("%d contexts left in the heap; want none", left)
 	}
 }
 
@@ -124,8 +142,8 @@ func TestDeadlineContextPastDeadlineIsDoneAtOnce(t *testing.T) {
 	default:
 		t.Fatal("a context whose deadline has passed is not done")
 	}
-	if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || len(timer.heap) != 0 {
-		t.Fatalf("Cause %v, %d in the heap; want DeadlineExceeded and none", context.Cause(ctx), len(timer.heap))
+	if left := heapLen(&timer); !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || left != 0 {
+		t.Fatalf("Cause %v, %d in the heap; want DeadlineExceeded and none", context.Cause(ctx), left)
 	}
 	timer.release(&dc) // harmless
 }
@@ -146,8 +164,8 @@ func TestDeadlineContextsStartNoGoroutines(t *testing.T) {
 		cancels[i](nil)
 		timer.release(&contexts[i])
 	}
-	if len(timer.heap) != 0 {
-		t.Fatalf("%d contexts left in the heap after release; want none", len(timer.heap))
+	if left := heapLen(&timer); left != 0 {
+		t.Fatalf("%d contexts left in the heap after release; want none", left)
 	}
 }
 
@@ -168,10 +186,7 @@ func TestDeadlineContextEndsWithItsParent(t *testing.T) {
 	if !errors.Is(dc.Err(), context.Canceled) || !errors.Is(child.Err(), context.Canceled) {
 		t.Fatalf("Err %v, child's %v; want Canceled, the parent's", dc.Err(), child.Err())
 	}
-	timer.mu.Lock()
-	left := len(timer.heap)
-	timer.mu.Unlock()
-	if left != 0 {
+	if left := heapLen(&timer); left != 0 {
 		t.Fatalf("%d contexts left in the heap after the parent ended; want none", left)
 	}
 
