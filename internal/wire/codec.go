@@ -200,8 +200,8 @@ func writeResponseBody(w *envelopeWriter, env *Response) {
 
 // decodeRequestFields decodes b into env, refusing unknown keys, values of
 // the wrong type and trailing bytes; DecodeRequest validates the result.
-func decodeRequestFields(b []byte, frozen bool, env *Request) error {
-	return decodeEnvelope(b, frozen, func(r *envelopeReader) error {
+func decodeRequestFields(b []byte, share sharing, env *Request) error {
+	return decodeEnvelope(b, share, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) (err error) {
 			switch string(key) {
 			case "v":
@@ -260,8 +260,8 @@ func decodeRequestFields(b []byte, frozen bool, env *Request) error {
 
 // decodeResponseFields decodes b into env, refusing unknown keys, values of
 // the wrong type and trailing bytes; DecodeResponse validates the result.
-func decodeResponseFields(b []byte, frozen bool, env *Response) error {
-	return decodeEnvelope(b, frozen, func(r *envelopeReader) error {
+func decodeResponseFields(b []byte, share sharing, env *Response) error {
+	return decodeEnvelope(b, share, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) (err error) {
 			switch string(key) {
 			case "v":

@@ -135,7 +135,7 @@ func TestEnvelopeCodecLeniency(t *testing.T) {
 		if err := referenceDecode(raw, want); err != nil {
 			t.Fatalf("%s: the reflection decoder refuses the input: %v", name, err)
 		}
-		if err := decodeRequestFields(raw, false, got); err != nil {
+		if err := decodeRequestFields(raw, shareNothing, got); err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}

@@ -122,12 +122,12 @@ func sampleResponses() map[string]*Response {
 // decodeRequestInPlace decodes the way servers and clients do: from a
 // string, read in place (see DecodeRequestString).
 func decodeRequestInPlace(b []byte, env *Request) error {
-	return decodeRequestFields(stringBytes(string(b)), true, env)
+	return decodeRequestFields(stringBytes(string(b)), shareAll, env)
 }
 
 // decodeResponseInPlace is decodeRequestInPlace for responses.
 func decodeResponseInPlace(b []byte, env *Response) error {
-	return decodeResponseFields(stringBytes(string(b)), true, env)
+	return decodeResponseFields(stringBytes(string(b)), shareAll, env)
 }
 
 // TestEnvelopeCodecCompatibility checks that the codec and the reflection

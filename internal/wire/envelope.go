@@ -143,7 +143,8 @@ type Response struct {
 	Header  Metadata `msgpack:"h,omitempty"`
 	Trailer Metadata `msgpack:"tr,omitempty"`
 	// Payload is the response message, marshalled; decoded from a string
-	// (DecodeResponseString) it shares the string's memory, read-only.
+	// (DecodeResponseString) or a lent buffer (DecodeResponseLentInto) it
+	// shares that memory, read-only.
 	Payload []byte `msgpack:"p,omitempty"`
 	// Refused says the server turned the call down before any of it ran
 	// (a stream over ServerOptions.MaxStreams, an open it cannot take):
@@ -220,13 +221,13 @@ func peekVersion(b []byte) int {
 }
 
 // DecodeRequest decodes and validates a request envelope.
-func DecodeRequest(b []byte) (*Request, error) { return decodeRequestFrom(b, false) }
+func DecodeRequest(b []byte) (*Request, error) { return decodeRequestFrom(b, shareNothing) }
 
 // DecodeRequestString is DecodeRequest for an envelope as Redis hands it
 // over: a string, whose bytes are read in place and whose memory the
 // envelope's strings share, which spares a copy of each.
 func DecodeRequestString(raw string) (*Request, error) {
-	return decodeRequestFrom(stringBytes(raw), true)
+	return decodeRequestFrom(stringBytes(raw), shareAll)
 }
 
 // DecodeRequestStringInto is DecodeRequestString into env, a zero Request
@@ -234,21 +235,28 @@ func DecodeRequestString(raw string) (*Request, error) {
 // allocation instead of two). On error env holds whatever was decoded
 // before the error, which nothing may use.
 func DecodeRequestStringInto(raw string, env *Request) error {
-	return decodeRequestInto(stringBytes(raw), true, env)
+	return decodeRequestInto(stringBytes(raw), shareAll, env)
 }
 
-// decodeRequestFrom decodes b, the bytes of a string when frozen.
-func decodeRequestFrom(b []byte, frozen bool) (*Request, error) {
+// DecodeRequestLentInto is DecodeRequestStringInto for raw in a lent
+// buffer (see DecodeResponseLentInto): only env.Payload shares raw's
+// memory.
+func DecodeRequestLentInto(raw string, env *Request) error {
+	return decodeRequestInto(stringBytes(raw), sharePayload, env)
+}
+
+// decodeRequestFrom decodes b, sharing its memory as share says.
+func decodeRequestFrom(b []byte, share sharing) (*Request, error) {
 	env := new(Request)
-	if err := decodeRequestInto(b, frozen, env); err != nil {
+	if err := decodeRequestInto(b, share, env); err != nil {
 		return nil, err
 	}
 	return env, nil
 }
 
 // decodeRequestInto decodes b into env and validates it.
-func decodeRequestInto(b []byte, frozen bool, env *Request) error {
-	decode := func(b []byte) error { return decodeRequestFields(b, frozen, env) }
+func decodeRequestInto(b []byte, share sharing, env *Request) error {
+	decode := func(b []byte) error { return decodeRequestFields(b, share, env) }
 	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return err
 	}
@@ -336,18 +344,18 @@ func (env *Request) checkStream() error {
 }
 
 // DecodeResponse decodes and validates a response envelope.
-func DecodeResponse(b []byte) (*Response, error) { return decodeResponseFrom(b, false) }
+func DecodeResponse(b []byte) (*Response, error) { return decodeResponseFrom(b, shareNothing) }
 
 // DecodeResponseString is DecodeResponse for a string (see
 // DecodeRequestString).
 func DecodeResponseString(raw string) (*Response, error) {
-	return decodeResponseFrom(stringBytes(raw), true)
+	return decodeResponseFrom(stringBytes(raw), shareAll)
 }
 
-// decodeResponseFrom decodes b, the bytes of a string when frozen.
-func decodeResponseFrom(b []byte, frozen bool) (*Response, error) {
+// decodeResponseFrom decodes b, sharing its memory as share says.
+func decodeResponseFrom(b []byte, share sharing) (*Response, error) {
 	env := new(Response)
-	if err := decodeResponseInto(b, frozen, env); err != nil {
+	if err := decodeResponseInto(b, share, env); err != nil {
 		return nil, err
 	}
 	return env, nil
@@ -356,12 +364,21 @@ func decodeResponseFrom(b []byte, frozen bool) (*Response, error) {
 // DecodeResponseStringInto is DecodeResponseString into env, a zero
 // Response of its caller's (see DecodeRequestStringInto).
 func DecodeResponseStringInto(raw string, env *Response) error {
-	return decodeResponseInto(stringBytes(raw), true, env)
+	return decodeResponseInto(stringBytes(raw), shareAll, env)
+}
+
+// DecodeResponseLentInto is DecodeResponseStringInto for raw in a lent
+// buffer, one its owner reuses once the payload has been read: only
+// env.Payload shares raw's memory, and the id, message, details and
+// metadata are copied, so that they may be kept after the buffer is
+// reused.
+func DecodeResponseLentInto(raw string, env *Response) error {
+	return decodeResponseInto(stringBytes(raw), sharePayload, env)
 }
 
 // decodeResponseInto decodes b into env and validates it.
-func decodeResponseInto(b []byte, frozen bool, env *Response) error {
-	decode := func(b []byte) error { return decodeResponseFields(b, frozen, env) }
+func decodeResponseInto(b []byte, share sharing, env *Response) error {
+	decode := func(b []byte) error { return decodeResponseFields(b, share, env) }
 	if err := decodeStrict(b, decode, func() int { return env.Version }); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -63,5 +64,34 @@ func TestRequestEnvelopeStrictDecoding(t *testing.T) {
 	var verr VersionError
 	if !errors.As(err, &verr) || verr.Got != SignedVersion+1 {
 		t.Errorf("version %d: err = %v, want VersionError{%d}", SignedVersion+1, err, SignedVersion+1)
+	}
+}
+
+// A response decoded from a lent buffer shares only its payload with it:
+// what a caller keeps (id, message, metadata, details) survives the
+// buffer's reuse.
+func TestResponseLentSharesOnlyThePayload(t *testing.T) {
+	in := &Response{
+		Version: Version, ID: "20261129-TEST-1795995318695-AAAAAAAAAA", Code: 0,
+		Message: "message", Details: [][]byte{{7}}, Header: Metadata{"h": {"hv"}},
+		Trailer: Metadata{"t": {"tv"}}, Payload: []byte("payload"),
+	}
+	b, err := EncodeResponse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lent := b // a buffer the test reuses once decoded
+	var got Response
+	if err := DecodeResponseLentInto(unsafe.String(unsafe.SliceData(lent), len(lent)), &got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range lent {
+		lent[i] = 'X'
+	}
+	if got.ID != in.ID || got.Message != in.Message || got.Header["h"][0] != "hv" || got.Trailer["t"][0] != "tv" || got.Details[0][0] != 7 {
+		t.Fatalf("after the buffer's reuse: %+v; want the strings and details as sent", got)
+	}
+	if string(got.Payload) != strings.Repeat("X", len(in.Payload)) {
+		t.Fatalf("payload %q after the buffer's reuse; want it to share the buffer", got.Payload)
 	}
 }

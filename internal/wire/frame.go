@@ -133,7 +133,7 @@ func EncodeFrame(f *Frame) ([]byte, error) {
 
 // DecodeFrame decodes and validates one frame alone.
 func DecodeFrame(b []byte) (*Frame, error) {
-	frames, err := decodeFrames(b, false)
+	frames, err := decodeFrames(b, shareNothing)
 	switch {
 	case err != nil:
 		return nil, err
@@ -148,15 +148,15 @@ func DecodeFrame(b []byte) (*Frame, error) {
 // malformed frame it returns those before it and the error: the rest of
 // the value cannot be told apart from it.
 func DecodeFramesString(raw string) ([]*Frame, error) {
-	return decodeFrames(stringBytes(raw), true)
+	return decodeFrames(stringBytes(raw), shareAll)
 }
 
-func decodeFrames(b []byte, frozen bool) ([]*Frame, error) {
+func decodeFrames(b []byte, share sharing) ([]*Frame, error) {
 	if len(b) == 0 {
 		return nil, errors.New("malformed frame: empty")
 	}
 	var frames []*Frame
-	err := readEnvelope(b, frozen, func(r *envelopeReader) error {
+	err := readEnvelope(b, share, func(r *envelopeReader) error {
 		for r.src.Len() > 0 {
 			start := len(b) - r.src.Len()
 			f := new(Frame)

@@ -24,7 +24,7 @@ func sampleFrames() map[string]*Frame {
 }
 
 func decodeFrameInPlace(b []byte, f *Frame) error {
-	return decodeEnvelope(stringBytes(string(b)), true, func(r *envelopeReader) error { return readFrameFields(r, f) })
+	return decodeEnvelope(stringBytes(string(b)), shareAll, func(r *envelopeReader) error { return readFrameFields(r, f) })
 }
 
 // TestFrameCodecCompatibility checks the frame codec against msgpack's

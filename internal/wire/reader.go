@@ -25,10 +25,25 @@ type envelopeReader struct {
 	in  []byte
 	src envelopeSource // reads in
 	dec *msgpack.Decoder
-	// frozen says in is the bytes of a string, which never change: string
-	// values are then cut from it without a copy.
-	frozen bool
+	// share says which values are cut from in instead of copied.
+	share sharing
 }
+
+// sharing says which values of an envelope share the memory it is
+// decoded from instead of being copied out of it.
+type sharing uint8
+
+const (
+	// shareNothing copies every value: the memory may change.
+	shareNothing sharing = iota
+	// shareAll cuts strings and the payload from the memory: the bytes of
+	// a string, which never change.
+	shareAll
+	// sharePayload cuts only the payload from the memory and copies
+	// everything else: a buffer its owner reuses once the payload has
+	// been read, which must not take strings the caller keeps with it.
+	sharePayload
+)
 
 // envelopeReaders holds readers whose decoder is bound to their src for
 // good: pointing src at the next envelope is all a reader needs.
@@ -39,12 +54,12 @@ var envelopeReaders = sync.Pool{New: func() any {
 }}
 
 // readEnvelope runs read over b with a pooled reader.
-func readEnvelope(b []byte, frozen bool, read func(r *envelopeReader) error) error {
+func readEnvelope(b []byte, share sharing, read func(r *envelopeReader) error) error {
 	r := envelopeReaders.Get().(*envelopeReader)
-	r.in, r.frozen = b, frozen
+	r.in, r.share = b, share
 	r.src.Reset(b)
 	err := read(r)
-	r.in, r.frozen = nil, false
+	r.in, r.share = nil, shareNothing
 	r.src.Reset(nil)
 	envelopeReaders.Put(r)
 	return err
@@ -52,11 +67,11 @@ func readEnvelope(b []byte, frozen bool, read func(r *envelopeReader) error) err
 
 // decodeEnvelope runs decode over b with a pooled reader and refuses bytes
 // left over after it.
-func decodeEnvelope(b []byte, frozen bool, decode func(r *envelopeReader) error) error {
+func decodeEnvelope(b []byte, share sharing, decode func(r *envelopeReader) error) error {
 	if len(b) == 0 {
 		return errors.New("empty")
 	}
-	return readEnvelope(b, frozen, func(r *envelopeReader) error {
+	return readEnvelope(b, share, func(r *envelopeReader) error {
 		if err := decode(r); err != nil {
 			return err
 		}
@@ -75,7 +90,7 @@ func decodeEnvelope(b []byte, frozen bool, decode func(r *envelopeReader) error)
 // a stream of bad envelopes grew them without bound) and it bounds how
 // deep it follows nested values.
 func scanEnvelope(b []byte, field func(r *envelopeReader, key []byte) error) error {
-	return readEnvelope(b, false, func(r *envelopeReader) error {
+	return readEnvelope(b, shareNothing, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) error { return field(r, key) })
 	})
 }
@@ -217,7 +232,7 @@ func decodeUint[T ~uint8 | ~uint32](r *envelopeReader) (T, error) {
 // string reads a str or bin value; nil reads as "".
 func (r *envelopeReader) string() (string, error) {
 	b, err := r.raw()
-	if r.frozen && len(b) > 0 {
+	if r.share == shareAll && len(b) > 0 {
 		return unsafe.String(&b[0], len(b)), err // shares the input string's memory
 	}
 	return string(b), err
@@ -230,12 +245,12 @@ func (r *envelopeReader) bytes() ([]byte, error) {
 	return bytes.Clone(b), err
 }
 
-// payload reads a payload: as bytes does, but from a string (frozen) it
-// shares the string's memory instead of copying it, since a payload is
-// only ever read (unmarshalled, verified, encoded again). For a large
-// message that is one copy fewer on each side of a call.
+// payload reads a payload: as bytes does, unless it may share in's
+// memory (shareAll, sharePayload), since a payload is only ever read
+// (unmarshalled, verified, encoded again). For a large message that is
+// one copy fewer on each side of a call.
 func (r *envelopeReader) payload() ([]byte, error) {
-	if !r.frozen {
+	if r.share == shareNothing {
 		return r.bytes()
 	}
 	return r.raw() // capped at its length: an append cannot write into the string

@@ -177,7 +177,7 @@ func (k *CallerKey) OpenRequest(env *Request) error {
 	if err != nil {
 		return err
 	}
-	return decodeEnvelope(inner, false, func(r *envelopeReader) error {
+	return decodeEnvelope(inner, shareNothing, func(r *envelopeReader) error {
 		return r.fields(func(key []byte) (err error) {
 			switch string(key) {
 			case "h":
@@ -215,7 +215,7 @@ func (k *CallerKey) OpenResponse(env *Response) error {
 		return err
 	}
 	var body Response
-	if err := decodeResponseFields(inner, false, &body); err != nil {
+	if err := decodeResponseFields(inner, shareNothing, &body); err != nil {
 		return fmt.Errorf("rpr: open response: %w", err)
 	}
 	if body.Version != 0 || body.ID != "" || body.Code != 0 || body.Sealed != nil || body.Sig != nil {

@@ -7,6 +7,9 @@ import "github.com/redis/go-redis/v9"
 type Entry struct {
 	ID     string
 	Fields []string
+	// Lent are the buffers the entry's large values are in, when its
+	// Reader lends them (Reader.LendBodies); nil otherwise.
+	Lent []*[]byte
 }
 
 // Value returns the value of field, and whether the entry has it. An entry

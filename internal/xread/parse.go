@@ -208,7 +208,7 @@ func (p *parser) entries(to []Entry) ([]Entry, error) {
 		if pairs%2 != 0 {
 			return nil, p.errorf("entry %s has %d field names and values, an odd count", id, pairs)
 		}
-		start := len(fields)
+		start, lentFrom := len(fields), p.k
 		for range pairs {
 			s, err := p.bulk()
 			if err != nil {
@@ -221,9 +221,20 @@ func (p *parser) entries(to []Entry) ([]Entry, error) {
 				return nil, errors.Join(err, p.errorf("want an integer after entry %s", id))
 			}
 		}
-		to = append(to, Entry{ID: id, Fields: fields[start:len(fields):len(fields)]})
+		to = append(to, Entry{ID: id, Fields: fields[start:len(fields):len(fields)], Lent: p.lent(lentFrom)})
 	}
 	return to, nil
+}
+
+// lent lists the lent buffers of the large bodies read since the from'th.
+func (p *parser) lent(from int) []*[]byte {
+	var lent []*[]byte
+	for _, l := range p.large[from:p.k] {
+		if l.lent != nil {
+			lent = append(lent, l.lent)
+		}
+	}
+	return lent
 }
 
 // bulk reads a bulk or simple string.

@@ -38,7 +38,7 @@ func TestParseShapes(t *testing.T) {
 				t.Fatalf("error %v, want %v", err, tc.err)
 			}
 			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("entries %q, want %q", got, tc.want)
+				t.Fatalf("entries %+v, want %+v", got, tc.want)
 			}
 		})
 	}
@@ -69,7 +69,7 @@ func TestParseRefusesMalformed(t *testing.T) {
 	for name, reply := range cases {
 		entries, err := Parse([]byte(reply))
 		if err == nil || errors.Is(err, redis.Nil) || entries != nil {
-			t.Errorf("%s: Parse(%q) = %q, %v; want an error", name, reply, entries, err)
+			t.Errorf("%s: Parse(%q) = %+v, %v; want an error", name, reply, entries, err)
 			continue
 		}
 		var refused ReplyError

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rprtunnel/rpr/internal/bufpool"
 )
 
 // readMargin is how much longer than its block time go-redis's read
@@ -36,7 +38,7 @@ type Reader struct {
 	maxBlock time.Duration         // the longest block a raw read may ask for; < 0: none
 	broken   error                 // a raw reply that could not be parsed: typed reads from then on
 
-	sink sink
+	sink sink // lends from sink.bodies when set (LendBodies)
 	// The raw command's arguments, kept between reads while count, block
 	// and the id read after stay the same (boxing them allocates).
 	cmdArg []any
@@ -81,6 +83,15 @@ func maxRawBlock(rdb redis.UniversalClient) time.Duration {
 	}
 	return timeout - readMargin
 }
+
+// LendBodies has the Reader read each value over 16 KiB into a buffer of
+// bodies instead of an allocation of its own, and list it in its entry's
+// Lent. Whoever is done with every value of such an entry (and with all
+// it shares: strings cut from it, slices of it) gives its Lent back with
+// bodies.Put, so that the next large value reuses the memory; a buffer
+// never given back is collected as any garbage. Only raw reads lend:
+// entries of a typed read have no Lent.
+func (r *Reader) LendBodies(bodies *bufpool.Pool) { r.sink.bodies = bodies }
 
 // MaxRawBlock is the longest block time a read is served from a raw
 // reply; longer blocks go through go-redis's typed command. It is
@@ -183,15 +194,18 @@ func (r *Reader) rawArgs(count int64, block time.Duration, after string) []any {
 // its own, so that a large payload is copied once, from go-redis's read
 // buffer to where its entry keeps it.
 type sink struct {
-	buf   []byte
-	large []largeBody
+	buf    []byte
+	large  []largeBody
+	bodies *bufpool.Pool // where large bodies are taken from; nil: allocated
 }
 
 // largeBody is the body of a string read apart from buf: at is where it
-// would have started in buf.
+// would have started in buf, lent the buffer of sink.bodies it is in (nil
+// when allocated).
 type largeBody struct {
 	at   int
 	body string
+	lent *[]byte
 }
 
 func (s *sink) reset() {
@@ -201,6 +215,37 @@ func (s *sink) reset() {
 	s.buf = s.buf[:0]
 	clear(s.large)
 	s.large = s.large[:0]
+}
+
+// readLarge reads a large string's body and its CRLF from lr into a
+// buffer of its own, lent by s.bodies when it is set.
+func (s *sink) readLarge(lr *io.LimitedReader) (int64, error) {
+	size := int(lr.N - 2)
+	var lent *[]byte
+	var body []byte
+	if s.bodies != nil {
+		lent = s.bodies.Get(size)
+		body = (*lent)[:size]
+	} else {
+		body = make([]byte, size)
+	}
+	n, err := io.ReadFull(lr, body)
+	var crlf [2]byte
+	m := 0
+	if err == nil {
+		m, err = io.ReadFull(lr, crlf[:])
+	}
+	if err != nil || crlf != [2]byte{'\r', '\n'} {
+		// Cut short, or not a string's body after all: keep the bytes as
+		// they came.
+		s.buf = append(append(s.buf, body[:n]...), crlf[:m]...)
+		if lent != nil {
+			s.bodies.Put(lent)
+		}
+		return int64(n + m), err
+	}
+	s.large = append(s.large, largeBody{at: len(s.buf), body: unsafe.String(unsafe.SliceData(body), len(body)), lent: lent})
+	return int64(n + m), nil
 }
 
 func (s *sink) Write(p []byte) (int, error) {
@@ -214,20 +259,7 @@ func (s *sink) Write(p []byte) (int, error) {
 // appended to buf.
 func (s *sink) ReadFrom(r io.Reader) (int64, error) {
 	if lr, ok := r.(*io.LimitedReader); ok && lr.N-2 > shareLimit {
-		body := make([]byte, lr.N-2)
-		n, err := io.ReadFull(lr, body)
-		if err != nil {
-			return int64(n), err
-		}
-		var crlf [2]byte
-		m, err := io.ReadFull(lr, crlf[:])
-		if err != nil || crlf != [2]byte{'\r', '\n'} {
-			// Not a string's body after all: keep the bytes as they came.
-			s.buf = append(append(s.buf, body...), crlf[:m]...)
-			return int64(n + m), err
-		}
-		s.large = append(s.large, largeBody{at: len(s.buf), body: unsafe.String(unsafe.SliceData(body), len(body))})
-		return int64(n + m), nil
+		return s.readLarge(lr)
 	}
 	if lr, ok := r.(*io.LimitedReader); ok {
 		s.buf = slices.Grow(s.buf, int(lr.N))

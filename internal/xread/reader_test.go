@@ -153,7 +153,7 @@ func TestReaderOnCluster(t *testing.T) {
 		entries, err := xread.NewReader(rdb, "g", "c", stream, false).Read(ctx, 10, 100*time.Millisecond)
 		want := []xread.Entry{{ID: id, Fields: []string{"e", stream}}}
 		if err != nil || !reflect.DeepEqual(entries, want) {
-			t.Fatalf("%s: %q, %v; want %q", stream, entries, err, want)
+			t.Fatalf("%s: %+v, %v; want %+v", stream, entries, err, want)
 		}
 	}
 }
@@ -173,11 +173,11 @@ func TestStreamReaderReadsAfterAnID(t *testing.T) {
 	r := xread.NewStreamReader(rdb, "inbox")
 	got, err := r.ReadAfter(ctx, "0-0", 512, 100*time.Millisecond)
 	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("ReadAfter(0-0) = %q, %v; want %q", got, err, want)
+		t.Fatalf("ReadAfter(0-0) = %+v, %v; want %+v", got, err, want)
 	}
 	got, err = r.ReadAfter(ctx, want[0].ID, 1, 100*time.Millisecond)
 	if err != nil || !reflect.DeepEqual(got, want[1:2]) {
-		t.Fatalf("ReadAfter(first, count 1) = %q, %v; want %q", got, err, want[1:2])
+		t.Fatalf("ReadAfter(first, count 1) = %+v, %v; want %+v", got, err, want[1:2])
 	}
 	if _, err := r.ReadAfter(ctx, want[2].ID, 512, 50*time.Millisecond); !errors.Is(err, redis.Nil) {
 		t.Fatalf("ReadAfter(last): %v, want redis.Nil", err)

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rprtunnel/rpr/internal/bufpool"
 	"github.com/rprtunnel/rpr/internal/redistest"
 )
 
@@ -45,7 +47,7 @@ func TestSinkReadsLargeBodiesApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(entries) != 1 || entries[0].ID != "1-0" || entries[0].Fields[1] != large || entries[0].Fields[2] != "x" || entries[0].Fields[3] != "" {
-		t.Fatalf("entries %q", entries)
+		t.Fatalf("entries %+v", entries)
 	}
 	s.reset()
 	if len(s.buf) != 0 || len(s.large) != 0 {
@@ -72,5 +74,50 @@ func TestReaderReadsLargeValuesApart(t *testing.T) {
 	}
 	if got, _ := entries[0].Value("e"); got != value || len(r.sink.large) != 1 || len(r.sink.buf) > 100 {
 		t.Fatalf("value of %d bytes, %d read apart, %d bytes of framing; want the value read apart", len(got), len(r.sink.large), len(r.sink.buf))
+	}
+}
+
+// A Reader that lends bodies reads a large value into a buffer of its
+// pool, which its entry lists, and the next large value reuses a buffer
+// given back; small values are not lent.
+func TestReaderLendsLargeValues(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	if err := rdb.XGroupCreateMkStream(ctx, "s", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var bodies bufpool.Pool
+	r := NewReader(rdb, "g", "c", "s", false)
+	r.LendBodies(&bodies)
+	read := func(value string) Entry {
+		t.Helper()
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []any{"e", value, "small", "x"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := r.Read(ctx, 1, 100*time.Millisecond)
+		if err != nil || len(entries) != 1 {
+			t.Fatalf("Read: %d entries, %v", len(entries), err)
+		}
+		if got, _ := entries[0].Value("e"); got != value {
+			t.Fatalf("value of %d bytes, want %d", len(got), len(value))
+		}
+		return entries[0]
+	}
+	first := read(strings.Repeat("a", 64<<10))
+	if len(first.Lent) != 1 {
+		t.Fatalf("%d buffers lent for one large value, want 1", len(first.Lent))
+	}
+	value, _ := first.Value("e")
+	if unsafe.StringData(value) != unsafe.SliceData(*first.Lent[0]) {
+		t.Fatal("the large value is not in the buffer its entry lists as lent")
+	}
+	bodies.Put(first.Lent[0])
+	second := read(strings.Repeat("b", 64<<10))
+	again, _ := second.Value("e")
+	if len(second.Lent) != 1 || unsafe.StringData(again) != unsafe.StringData(value) {
+		t.Fatal("the second large value did not reuse the buffer given back")
+	}
+	if small := read("tiny"); small.Lent != nil {
+		t.Fatalf("an entry of small values lists %d lent buffers", len(small.Lent))
 	}
 }
