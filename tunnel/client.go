@@ -34,7 +34,8 @@ const responseStreamTTL = time.Minute
 // waiting caller; calls never poll.
 type Client struct {
 	rdb redis.UniversalClient
-	// buffers holds the buffers requests are marshalled into.
+	// buffers holds the buffers requests are marshalled into, and those
+	// large responses are read into (xread.Reader.LendBodies).
 	buffers     bufpool.Pool
 	opts        ClientOptions
 	keys        store.Keyspace
@@ -197,6 +198,9 @@ func checkUnary(method *MethodDesc) error {
 type callResult struct {
 	resp *wire.Response
 	err  error
+	// lent are the buffers of Client.buffers resp's payload is in, for
+	// the call to give back once it has read the payload.
+	lent []*[]byte
 }
 
 // callStart is what every call, unary or async, sets up first: its

@@ -451,11 +451,11 @@ func (s *clientService) complete(id string, res callResult) bool {
 
 // answer hands a copy of resp to the call waiting for it; false if none
 // waits. resp may be its caller's, on the stack: the call keeps the copy.
-func (s *clientService) answer(resp *wire.Response) bool {
+func (s *clientService) answer(resp *wire.Response, lent []*[]byte) bool {
 	w, ok := s.waiting.take(resp.ID)
 	if ok {
 		w.resp = *resp
-		w.deliver(callResult{resp: &w.resp})
+		w.deliver(callResult{resp: &w.resp, lent: lent})
 	}
 	return ok
 }

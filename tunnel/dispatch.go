@@ -69,7 +69,11 @@ type received struct {
 	// raw is the entry's envelope as read (env's payload shares its
 	// memory), for a dead letter.
 	raw string
-	env *wire.Request
+	// lent are the buffers of Server.buffers raw is in, when it is large
+	// (xread.Reader.LendBodies; only the payload shares them then): given
+	// back once the request's outcome is written (see giveBack).
+	lent []*[]byte
+	env  *wire.Request
 	// request is the decoded envelope, which env points to: decoded
 	// into the received request, it costs no allocation of its own.
 	request wire.Request
@@ -121,8 +125,17 @@ func (r *serveRun) readRequests(ctx context.Context, q *queue) {
 		nextReclaim: time.Now().Add(r.server.reclaimInterval()),
 		reclaimFrom: "0-0",
 		quiet:       true,
-		entries:     xread.NewReader(r.server.rdb, store.WorkersGroup, r.server.opts.WorkerID, q.requests, false),
+		entries:     lendingReader(r.server, q),
 	})
+}
+
+// lendingReader returns the reader of q's request stream, which reads
+// large envelopes into buffers of the server's pool (given back by
+// giveBack), so that a large request costs no allocation of its size.
+func lendingReader(s *Server, q *queue) *xread.Reader {
+	entries := xread.NewReader(s.rdb, store.WorkersGroup, s.opts.WorkerID, q.requests, false)
+	entries.LendBodies(&s.buffers)
+	return entries
 }
 
 // reader is a queue's read loop in progress: what it carries from one read

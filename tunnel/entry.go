@@ -44,7 +44,11 @@ func (r *serveRun) decode(q *queue, msg xread.Entry) *received {
 	}
 	req := new(received) // the envelope is decoded into it: one allocation
 	env := &req.request
-	if err := wire.DecodeRequestStringInto(raw, env); err != nil {
+	decode := wire.DecodeRequestStringInto
+	if msg.Lent != nil {
+		decode = wire.DecodeRequestLentInto // only the payload in the buffer (see received.lent)
+	}
+	if err := decode(raw, env); err != nil {
 		id, replyTo := wire.PeekReplyAddress([]byte(raw))
 		s.log.Error("rpr: bad request envelope; dead-lettered", "stream", q.requests, "entry", msg.ID, "request_id", id, "error", err)
 		r.deadLetter(q, msg.ID, raw, err.Error())
@@ -72,7 +76,7 @@ func (r *serveRun) decode(q *queue, msg xread.Entry) *received {
 		r.deadLetter(q, msg.ID, raw, fmt.Sprintf("reply-to %q is not a response stream of %s", env.ReplyTo, q.name))
 		return nil
 	}
-	req.entryID, req.raw, req.env, req.deadline, req.key = msg.ID, raw, env, env.Deadline, key
+	req.entryID, req.raw, req.env, req.deadline, req.key, req.lent = msg.ID, raw, env, env.Deadline, key, msg.Lent
 	if serviceName, methodName, _ := strings.Cut(env.Method, "/"); serviceName == q.name {
 		req.method = q.methods[methodName]
 	}

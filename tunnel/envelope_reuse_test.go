@@ -21,7 +21,12 @@ import (
 // many calls at once, each with its own payload of a size from a few bytes
 // to past the pool's largest class of small envelopes, some given up on
 // while in flight, and check that every payload arrives as it was sent: a
-// buffer given back too early would hand one call's bytes to another.
+// buffer given back too early would hand one call's bytes to another. A
+// client reads large answers, and a server large requests, into pooled
+// buffers too, so requests carry a header the handler keeps with its
+// context, answers carry a trailer and some are errors whose message is
+// the payload: what a caller or handler keeps must outlive the buffer it
+// came in.
 
 // distinctPayload is call i's payload: its number, then filler of a size
 // that varies with i.
@@ -35,8 +40,18 @@ func TestEnvelopeBuffersAreNotSharedBetweenCalls(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
 	quiet := slog.New(slog.DiscardHandler)
+	var handled sync.Map // payload prefix -> the handler's context, kept after it returned
 	startServer(t, rdb, tunnel.ServerOptions{Concurrency: 32, Logger: quiet}, func(s *tunnel.Server) {
-		s.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		s.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			if in.GetValue() != "warm" { // waitAnswered's call sends no header
+				handled.Store(prefix(in.GetValue()), ctx)
+			}
+			if err := tunnel.SetTrailer(ctx, tunnel.Metadata{"call": {prefix(in.GetValue())}}); err != nil {
+				return nil, err
+			}
+			if strings.HasPrefix(in.GetValue(), "fail ") {
+				return nil, tunnel.Errorf(tunnel.FailedPrecondition, "%s", in.GetValue())
+			}
 			return in, nil
 		}})
 	})
@@ -54,16 +69,29 @@ func TestEnvelopeBuffersAreNotSharedBetweenCalls(t *testing.T) {
 	answered, gaveUp := 0, 0
 	for c := range callers {
 		wg.Go(func() {
+			var kept []string // what earlier answers left the caller, read again at the end
 			for k := range calls {
 				i := c*calls + k
 				want := distinctPayload(i)
+				if i%3 == 0 {
+					want = "fail " + want
+				}
 				ctx, cancel := context.WithCancel(context.Background())
 				if i%5 == 0 { // given up on while queued, sending or waiting
 					time.AfterFunc(time.Duration(i%7)*100*time.Microsecond, cancel)
 				}
 				got := new(wrapperspb.StringValue)
-				err := client.Invoke(ctx, echo, wrapperspb.String(want), got)
+				var trailer tunnel.Metadata
+				err := client.Invoke(ctx, echo, wrapperspb.String(want), got, tunnel.WithTrailer(&trailer), tunnel.WithHeader("call", prefix(want)))
 				cancel()
+				if e, ok := tunnel.AsError(err); ok && tunnel.CodeOf(err) == tunnel.FailedPrecondition {
+					kept = append(kept, want, e.Message())
+					err = nil
+					got.Value = want
+				}
+				if err == nil {
+					kept = append(kept, prefix(want), trailer.Get("call"))
+				}
 				mu.Lock()
 				switch {
 				case err == nil && got.GetValue() != want:
@@ -77,9 +105,20 @@ func TestEnvelopeBuffersAreNotSharedBetweenCalls(t *testing.T) {
 				}
 				mu.Unlock()
 			}
+			for j := 0; j < len(kept); j += 2 {
+				if kept[j] != kept[j+1] {
+					t.Errorf("caller %d kept %q (%d bytes) of an answer, which now reads %q (%d bytes)", c, prefix(kept[j]), len(kept[j]), prefix(kept[j+1]), len(kept[j+1]))
+				}
+			}
 		})
 	}
 	wg.Wait()
+	handled.Range(func(call, ctx any) bool {
+		if got := tunnel.HeaderFromContext(ctx.(context.Context)).Get("call"); got != call {
+			t.Errorf("a handler's context kept header %q; the request sent %q", got, call)
+		}
+		return true
+	})
 	t.Logf("%d calls answered with their own payload, %d cancelled", answered, gaveUp)
 	if answered < callers*calls*4/5 {
 		t.Errorf("%d of %d calls answered; want at least the %d never cancelled", answered, callers*calls, callers*calls*4/5)

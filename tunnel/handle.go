@@ -42,6 +42,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		r.completeHeld(q, req)
 		return
 	}
+	defer r.giveBack(req) // after the deferred calls below, which may read the request
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
 	r.deadlines.start(&req.handling.deadline, nil, deadline)
@@ -106,6 +107,23 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		r.recordFinished(q, req, resp, started, &comp.Completion)
 	}
 	r.complete(q, req, comp, log)
+}
+
+// giveBack returns the buffers req's envelope was read into to
+// Server.buffers, once its outcome is written: handle is their last
+// reader (the handler's decode copies the payload, the outcome's scripts
+// copy the envelope), and what a handler may keep (its context, its
+// metadata) holds only copies. A stream, or a request held back, keeps
+// its buffers for the collector. req's envelope is emptied, so that a
+// late reader finds nothing rather than another request's bytes.
+func (r *serveRun) giveBack(req *received) {
+	if req.lent == nil {
+		return
+	}
+	for _, b := range req.lent {
+		r.server.buffers.Put(b)
+	}
+	req.lent, req.raw, req.env.Payload = nil, "", nil
 }
 
 // call runs the handler for req and builds the response envelope. It also

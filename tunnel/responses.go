@@ -37,6 +37,9 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 		rs.lastRead.Store(last.String()) // trimmed up to here by the next refresh
 	}
 	entries := xread.NewReader(c.rdb, store.ResponseGroup, c.opts.ID, rs.key, true)
+	// Large answers are read into buffers given back by deliver, or by
+	// the call once it read its answer.
+	entries.LendBodies(&c.buffers)
 	busy := false // the last read brought answers
 	for c.ctx.Err() == nil {
 		msgs, err := entries.Read(c.ctx, 256, responseBlock(entries, busy))
@@ -95,6 +98,12 @@ func (c *Client) catchUp(rs *responseStream, last streamID, handle func([]xread.
 
 // deliver decodes one response and hands it to the call waiting for it,
 // or one frame to its stream.
+//
+// A response in a lent buffer (msg.Lent) is decoded with only its payload
+// in the buffer, which goes back to Client.buffers once nothing reads the
+// payload: at once unless a call takes the response, and then when the
+// call has unmarshalled it. Frames and a stream's end keep theirs (their
+// payloads wait for the stream's reader): the collector takes it.
 func (c *Client) deliver(s *clientService, rs *responseStream, msg xread.Entry) {
 	if raw, ok := msg.Value(wire.StreamField); ok {
 		c.deliverFrame(s, rs, msg.ID, raw)
@@ -103,7 +112,9 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg xread.Entry) 
 	raw, _ := msg.Value(wire.Field)
 	var decoded wire.Response // on the stack: a waiting call copies it (see clientService.answer)
 	resp := &decoded
-	if err := wire.DecodeResponseStringInto(raw, resp); err != nil {
+	giveBack := msg.Lent
+	defer func() { c.giveBack(giveBack) }()
+	if err := decodeResponse(raw, msg.Lent != nil, resp); err != nil {
 		id, _ := wire.PeekReplyAddress([]byte(raw))
 		c.log.Error("rpr: undecodable response", "stream", rs.key, "entry", msg.ID, "request_id", id, "error", err)
 		if id != "" && c.identity == nil { // with Credentials, only a signed answer ends a call
@@ -115,15 +126,34 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg xread.Entry) 
 		c.log.Error("rpr: answer refused; the call waits for its real answer", "stream", rs.key, "entry", msg.ID, "request_id", resp.ID, "reason", err)
 		return
 	}
-	if s.answer(resp) {
+	if s.answer(resp, msg.Lent) {
+		giveBack = nil // the call's now
 		return
 	}
 	if cs := s.stream(resp.ID); cs != nil {
 		kept := *resp // the stream keeps it
 		cs.onEnd(&kept)
+		giveBack = nil
 		return
 	}
 	c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
+}
+
+// decodeResponse decodes raw into resp, with only the payload sharing
+// raw's memory when raw is in a lent buffer. (Called directly, not
+// through a func value, so that resp can stay on its caller's stack.)
+func decodeResponse(raw string, lent bool, resp *wire.Response) error {
+	if lent {
+		return wire.DecodeResponseLentInto(raw, resp)
+	}
+	return wire.DecodeResponseStringInto(raw, resp)
+}
+
+// giveBack returns buffers lent by a response reader to Client.buffers.
+func (c *Client) giveBack(lent []*[]byte) {
+	for _, b := range lent {
+		c.buffers.Put(b)
+	}
 }
 
 // deliverFrame decodes the frames of one entry and hands each to its

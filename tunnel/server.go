@@ -25,7 +25,8 @@ import (
 // register services with the generated Register functions, then Serve.
 type Server struct {
 	rdb redis.UniversalClient
-	// buffers holds the buffers responses are marshalled into.
+	// buffers holds the buffers responses are marshalled into, and those
+	// large requests are read into (see lendingReader).
 	buffers     bufpool.Pool
 	opts        ServerOptions
 	keys        store.Keyspace

@@ -195,6 +195,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		if res.err != nil {
 			return res.err
 		}
+		defer c.giveBack(res.lent) // finish reads the payload and keeps nothing of it
 		return c.finish(full, res.resp, reply, call.cfg)
 	case <-ctx.Done():
 		// A request still queued in this process is withdrawn and never
