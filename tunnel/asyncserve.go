@@ -50,7 +50,7 @@ func (r *serveRun) asyncOutcome(q *queue, req *received, resp *wire.Response, ha
 	s, env := r.server, req.env
 	window := s.opts.IdempotencyWindow
 	if Code(resp.Code) == OK {
-		comp := &req.handling.completion
+		comp := &req.handling.outcome.completion
 		*comp = completion{Completion: store.Completion{Action: store.ActionDone, Final: wire.StateSuccess, TTL: window}}
 		return comp
 	}

@@ -17,16 +17,42 @@ import (
 
 // handling holds what handle makes for one request, inside the request's
 // own allocation rather than one allocation each: its entry in the
-// running set, its handler's info, its response and its completion.
+// running set and what its handler may keep after it returns (its
+// context and the context's info).
 type handling struct {
 	running  runningRequest
 	deadline deadlineContext // the parent of the handler's context
 	info     handlerInfo
 	ctx      infoContext // the handler's context, carrying info
-	response wire.Response
-	// completion is the request's on the paths nearly every request
-	// takes: a unary answer, an async success.
+	outcome  *outcomeSpace
+}
+
+// outcomeSpace is what handle writes a request's outcome into: its
+// response and its completion on the paths nearly every request takes (a
+// unary answer, an async success). Nothing of it outlives handle (the
+// completer is done with a completion once it has signalled it), so it
+// is reused from serveRun.outcomes rather than allocated per request.
+type outcomeSpace struct {
+	response   wire.Response
 	completion completion
+}
+
+// takeOutcome gives req an outcomeSpace of r's, which putOutcome returns.
+func (r *serveRun) takeOutcome(req *received) {
+	o, _ := r.outcomes.Get().(*outcomeSpace)
+	if o == nil {
+		o = new(outcomeSpace)
+	}
+	req.handling.outcome = o
+}
+
+// putOutcome returns req's outcomeSpace, emptied so that it keeps nothing
+// of the request alive.
+func (r *serveRun) putOutcome(req *received) {
+	o := req.handling.outcome
+	req.handling.outcome = nil
+	*o = outcomeSpace{}
+	r.outcomes.Put(o)
 }
 
 // handle runs (or, for an orphan, refuses) one claimed request and writes
@@ -43,6 +69,8 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		return
 	}
 	defer r.giveBack(req) // after the deferred calls below, which may read the request
+	r.takeOutcome(req)
+	defer r.putOutcome(req) // after measure.end and endSpan, which read the response
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
 	r.deadlines.start(&req.handling.deadline, nil, deadline)
@@ -97,7 +125,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 	}
 	defer s.buffers.Put(raw) // complete returns once the script that carries it has
 	ttl := stateTTL(deadline)
-	comp := &req.handling.completion
+	comp := &req.handling.outcome.completion
 	*comp = completion{kind: completeClaimed,
 		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: *raw}}
 	if req.fast {
@@ -165,7 +193,7 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 	md := &info.response
 
 	reply, err := r.runHandler(ctx, q, req.method, env, log)
-	resp := &req.handling.response
+	resp := &req.handling.outcome.response
 	*resp = wire.Response{Version: wire.Version, ID: env.ID, Header: md.header, Trailer: md.trailer}
 	if err == nil && req.method.Async {
 		return resp, nil, nil // nobody reads an async reply
