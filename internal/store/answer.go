@@ -83,13 +83,13 @@ func NewAnswer(stream string, retention time.Duration, size int) *Answer {
 		a := &Answer{Call: Call{script: answerKeepScript}, keep: true}
 		a.keys = append(make([]string, 0, 1+2*size), stream)
 		a.args = append(make([]any, 0, 2+3*size), WorkersGroup, max(retention.Milliseconds(), 1))
-		a.refs = make([]BytesArg, 0, 3*size)
+		a.refs = make([]BytesArg, 0, 5*size) // three arguments and two keys each (see Call.Queue)
 		return a
 	}
 	a := &Answer{Call: Call{script: answerScript}}
 	a.keys = append(make([]string, 0, 1+size), stream)
 	a.args = append(make([]any, 0, 1+2*size), WorkersGroup)
-	a.refs = make([]BytesArg, 0, 2*size)
+	a.refs = make([]BytesArg, 0, 3*size) // two arguments and a key each (see Call.Queue)
 	return a
 }
 

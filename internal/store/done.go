@@ -59,7 +59,7 @@ func NewDone(stream, worker string, window time.Duration, size int) *Done {
 	d := &Done{Call: Call{script: doneScript}}
 	d.keys = append(make([]string, 0, 1+size), stream)
 	d.args = append(make([]any, 0, 3+2*size), WorkersGroup, worker, ttlMillis(window))
-	d.refs = make([]BytesArg, 0, size)
+	d.refs = make([]BytesArg, 0, 2*size) // an argument and a key each (see Call.Queue)
 	return d
 }
 

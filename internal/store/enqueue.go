@@ -39,19 +39,26 @@ return out
 type Enqueue struct {
 	Call
 	n int
+	// capacity is the last cap added, boxed once: requests of one queue
+	// share it, and boxing an int64 of 256 or more allocates.
+	capacity    int64
+	capacityArg any
 }
 
 // NewEnqueue starts an Enqueue into the request stream and retry set of
 // one lane of a shard; size is how many requests will be added.
 func NewEnqueue(stream, retries string, size int) *Enqueue {
 	return &Enqueue{Call: Call{script: enqueueScript, keys: []string{stream, retries},
-		args: make([]any, 0, 3*size), refs: make([]BytesArg, 0, size)}}
+		args: make([]any, 0, 3*size), refs: make([]BytesArg, 0, size+1)}} // the envelopes and the retry set's key (see Call.Queue)
 }
 
 // Add adds a request: its envelope, the queue's cap for it, and when it
 // is due (Redis unix ms; 0 for at once).
 func (e *Enqueue) Add(capacity, due int64, envelope []byte) {
-	e.args = append(e.args, capacity, due, e.ref(envelope))
+	if e.capacityArg == nil || capacity != e.capacity {
+		e.capacity, e.capacityArg = capacity, capacity
+	}
+	e.args = append(e.args, e.capacityArg, due, e.ref(envelope))
 	e.n++
 }
 

@@ -170,7 +170,9 @@ type Call struct {
 	keys   []string
 	args   []any
 	// refs holds the call's string and bytes arguments that args refer to
-	// (see ref).
+	// (see ref), and its keys after the first (see Queue): sized for all
+	// of them by the call's constructor, so that it never grows (an
+	// append that moves it leaves the earlier references in a copy).
 	refs []BytesArg
 	cmd  *redis.Cmd
 	// flagged: Queue and Recover send the script's flagged form (Use).
