@@ -37,6 +37,7 @@ type Client struct {
 	// buffers holds the buffers requests are marshalled into, and those
 	// large responses are read into (xread.Reader.LendBodies).
 	buffers     bufpool.Pool
+	responses   responsePool // the responses answered calls read
 	opts        ClientOptions
 	keys        store.Keyspace
 	log         *slog.Logger
@@ -196,7 +197,7 @@ func checkUnary(method *MethodDesc) error {
 
 // callResult is what a waiting call receives.
 type callResult struct {
-	resp *wire.Response
+	resp *wire.Response // from Client.responses, for the call to give back
 	err  error
 	// lent are the buffers of Client.buffers resp's payload is in, for
 	// the call to give back once it has read the payload.

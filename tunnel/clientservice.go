@@ -423,8 +423,6 @@ func (s *clientService) checkStreamWorkers(hash map[string]string, nowMs int64) 
 type callWaiter struct {
 	done chan struct{} // closed once res is set
 	res  callResult
-	// resp is the response res points to, copied here by answer.
-	resp wire.Response
 }
 
 // deliver sets w's outcome and wakes its call. Only the one who took w
@@ -451,11 +449,12 @@ func (s *clientService) complete(id string, res callResult) bool {
 
 // answer hands a copy of resp to the call waiting for it; false if none
 // waits. resp may be its caller's, on the stack: the call keeps the copy.
-func (s *clientService) answer(resp *wire.Response, lent []*[]byte) bool {
+func (s *clientService) answer(resp *wire.Response, lent []*[]byte, responses *responsePool) bool {
 	w, ok := s.waiting.take(resp.ID)
 	if ok {
-		w.resp = *resp
-		w.deliver(callResult{resp: &w.resp, lent: lent})
+		kept := responses.get()
+		*kept = *resp
+		w.deliver(callResult{resp: kept, lent: lent})
 	}
 	return ok
 }
