@@ -447,8 +447,9 @@ func (s *clientService) complete(id string, res callResult) bool {
 	return ok
 }
 
-// answer hands a copy of resp to the call waiting for it; false if none
-// waits. resp may be its caller's, on the stack: the call keeps the copy.
+// answer hands a copy of resp, from responses, to the call waiting for
+// it, with lent (the buffers its payload is in) for the call to give back
+// as well; false if none waits. resp may be its caller's, on the stack.
 func (s *clientService) answer(resp *wire.Response, lent []*[]byte, responses *responsePool) bool {
 	w, ok := s.waiting.take(resp.ID)
 	if ok {
