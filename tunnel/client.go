@@ -38,6 +38,7 @@ type Client struct {
 	// large responses are read into (xread.Reader.LendBodies).
 	buffers     bufpool.Pool
 	responses   responsePool // the responses answered calls read
+	signals     signalPool   // the channels calls wait on for their outcome
 	opts        ClientOptions
 	keys        store.Keyspace
 	log         *slog.Logger

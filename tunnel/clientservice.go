@@ -421,7 +421,7 @@ func (s *clientService) checkStreamWorkers(hash map[string]string, nowMs int64) 
 // callWaiter is where a waiting unary call's outcome arrives, once: its
 // response, or the error that ended it.
 type callWaiter struct {
-	done chan struct{} // closed once res is set
+	done chan struct{} // buffered: signalled once, when res is set
 	res  callResult
 }
 
@@ -429,7 +429,7 @@ type callWaiter struct {
 // from clientService.waiting calls it.
 func (w *callWaiter) deliver(res callResult) {
 	w.res = res
-	close(w.done)
+	w.done <- struct{}{}
 }
 
 // expect registers w as the call waiting for the response to id.

@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,9 +58,8 @@ type completer struct {
 	// retention is how long fast-path answers keep their finished records
 	// (ServerOptions.Retention); 0 for not at all.
 	retention time.Duration
-	// signals holds the channels complete waits on, reused rather than
-	// made for every request.
-	signals sync.Pool
+	// signals holds the channels complete waits on.
+	signals signalPool
 }
 
 func newCompleter(s *Server, queueSize int, observe func(size int, full bool)) *completer {
@@ -73,11 +71,8 @@ func newCompleter(s *Server, queueSize int, observe func(size int, full bool)) *
 
 // complete queues one completion and waits for its result.
 func (c *completer) complete(comp *completion) completionResult {
-	written, _ := c.signals.Get().(chan struct{})
-	if written == nil {
-		written = make(chan struct{}, 1)
-	}
-	defer c.signals.Put(written) // empty again: signalled once, received once, or never queued
+	written := c.signals.get()
+	defer c.signals.put(written) // empty again: signalled once, received once, or never queued
 	comp.written = written
 	if err := c.submit(context.Background(), comp); err != nil {
 		return completionResult{err: err}

@@ -44,9 +44,9 @@ type sendOp struct {
 // string, or a name boxed once: clientService.requestStream). Its
 // caller learns of success only when it asks (awaitEntryID), and of
 // failure through outcome: a call's one wake-up is its outcome.
-func (op *sendOp) init(svc *clientService, call *outgoingCall, stream any, envelope *[]byte, pool *bufpool.Pool) {
+func (op *sendOp) init(svc *clientService, call *outgoingCall, stream any, envelope *[]byte, pool *bufpool.Pool, signals *signalPool) {
 	op.svc, op.call, op.envelope, op.pool = svc, call, envelope, pool
-	op.outcome.done = make(chan struct{})
+	op.outcome.done = signals.get() // back to signals once the call has received from it
 	op.set(stream, wire.Field, *envelope)
 	op.command = op
 }

@@ -173,7 +173,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	if attempt > 1 {
 		send = new(sendOp)
 	}
-	send.init(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers)
+	send.init(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers, &c.signals)
 	svc.expect(rid, &send.outcome)
 	defer svc.forget(rid)
 	err = c.writer.submit(ctx, &send.pipelineOp)
@@ -191,6 +191,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 	// wait too), or the end of the context.
 	select {
 	case <-send.outcome.done:
+		c.signals.put(send.outcome.done) // received: empty, and signalled only once
 		res := send.outcome.res
 		if res.err != nil {
 			return res.err
@@ -199,6 +200,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		defer c.responses.put(res.resp)
 		return c.finish(full, res.resp, reply, call.cfg)
 	case <-ctx.Done():
+		// The outcome channel is not reused: its answer may still arrive.
 		// A request still queued in this process is withdrawn and never
 		// sent; one already handed to Redis needs the arbiter, which needs
 		// its entry id: the send's reply is due any moment.
