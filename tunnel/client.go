@@ -37,8 +37,8 @@ type Client struct {
 	// buffers holds the buffers requests are marshalled into, and those
 	// large responses are read into (xread.Reader.LendBodies).
 	buffers     bufpool.Pool
-	responses   responsePool // the responses answered calls read
-	signals     signalPool   // the channels calls wait on for their outcome
+	responses   objectPool[wire.Response] // the responses answered calls read, given back by them
+	signals     signalPool                // the channels calls wait on for their outcome
 	opts        ClientOptions
 	keys        store.Keyspace
 	log         *slog.Logger

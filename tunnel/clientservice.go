@@ -450,7 +450,7 @@ func (s *clientService) complete(id string, res callResult) bool {
 // answer hands a copy of resp, from responses, to the call waiting for
 // it, with lent (the buffers its payload is in) for the call to give back
 // as well; false if none waits. resp may be its caller's, on the stack.
-func (s *clientService) answer(resp *wire.Response, lent []*[]byte, responses *responsePool) bool {
+func (s *clientService) answer(resp *wire.Response, lent []*[]byte, responses *objectPool[wire.Response]) bool {
 	w, ok := s.waiting.take(resp.ID)
 	if ok {
 		kept := responses.get()

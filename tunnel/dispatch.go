@@ -44,8 +44,8 @@ type serveRun struct {
 	pool         *handlerPool // the goroutines handlers run on
 	completions  *batcher     // dead letters and answers to undecodable requests
 	completer    *completer
-	outcomes     sync.Pool // *outcomeSpace, one per request being handled
-	frames       *batcher  // streams' frames, one flush at a time
+	outcomes     objectPool[outcomeSpace] // one per request being handled
+	frames       *batcher                 // streams' frames, one flush at a time
 	running      runningSet
 	deadlines    deadlineTimer // handlers' deadlines
 	streams      openStreams

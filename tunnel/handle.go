@@ -37,24 +37,6 @@ type outcomeSpace struct {
 	completion completion
 }
 
-// takeOutcome gives req an outcomeSpace of r's, which putOutcome returns.
-func (r *serveRun) takeOutcome(req *received) {
-	o, _ := r.outcomes.Get().(*outcomeSpace)
-	if o == nil {
-		o = new(outcomeSpace)
-	}
-	req.handling.outcome = o
-}
-
-// putOutcome returns req's outcomeSpace, emptied so that it keeps nothing
-// of the request alive.
-func (r *serveRun) putOutcome(req *received) {
-	o := req.handling.outcome
-	req.handling.outcome = nil
-	*o = outcomeSpace{}
-	r.outcomes.Put(o)
-}
-
 // handle runs (or, for an orphan, refuses) one claimed request and writes
 // its final state and response. The request counts as running, with its
 // lease extended, until its completion is written.
@@ -69,8 +51,11 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
 		return
 	}
 	defer r.giveBack(req) // after the deferred calls below, which may read the request
-	r.takeOutcome(req)
-	defer r.putOutcome(req) // after measure.end and endSpan, which read the response
+	req.handling.outcome = r.outcomes.get()
+	defer func() { // after measure.end and endSpan, which read the response
+		r.outcomes.put(req.handling.outcome)
+		req.handling.outcome = nil
+	}()
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
 	r.deadlines.start(&req.handling.deadline, nil, deadline)

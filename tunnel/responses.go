@@ -3,7 +3,6 @@ package tunnel
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,25 +137,6 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg xread.Entry) 
 		return
 	}
 	c.log.Debug("rpr: response for a call no longer waiting", "request_id", resp.ID)
-}
-
-// responsePool holds the responses answer hands to waiting calls, which
-// give them back once they have read them (a call that gave up leaves
-// its response to the collector): nothing keeps a response past its
-// call's finish, which copies what it returns.
-type responsePool struct{ pool sync.Pool }
-
-func (p *responsePool) get() *wire.Response {
-	if r, ok := p.pool.Get().(*wire.Response); ok {
-		return r
-	}
-	return new(wire.Response)
-}
-
-// put empties r, so that it keeps nothing alive, and keeps it for reuse.
-func (p *responsePool) put(r *wire.Response) {
-	*r = wire.Response{}
-	p.pool.Put(r)
 }
 
 // decodeResponse decodes raw into resp, with only the payload sharing
