@@ -133,9 +133,7 @@ func (r *serveRun) giveBack(req *received) {
 	if req.lent == nil {
 		return
 	}
-	for _, b := range req.lent {
-		r.server.buffers.Put(b)
-	}
+	r.server.buffers.PutAll(req.lent)
 	req.lent, req.raw, req.env.Payload = nil, "", nil
 }
 

@@ -112,8 +112,8 @@ func (c *Client) deliver(s *clientService, rs *responseStream, msg xread.Entry) 
 	raw, _ := msg.Value(wire.Field)
 	var decoded wire.Response // on the stack: a waiting call copies it (see clientService.answer)
 	resp := &decoded
-	giveBack := msg.Lent
-	defer func() { c.giveBack(giveBack) }()
+	giveBack := msg.Lent // unless a call or a stream takes the response
+	defer func() { c.buffers.PutAll(giveBack) }()
 	if err := decodeResponse(raw, msg.Lent != nil, resp); err != nil {
 		id, _ := wire.PeekReplyAddress([]byte(raw))
 		c.log.Error("rpr: undecodable response", "stream", rs.key, "entry", msg.ID, "request_id", id, "error", err)
@@ -147,13 +147,6 @@ func decodeResponse(raw string, lent bool, resp *wire.Response) error {
 		return wire.DecodeResponseLentInto(raw, resp)
 	}
 	return wire.DecodeResponseStringInto(raw, resp)
-}
-
-// giveBack returns buffers lent by a response reader to Client.buffers.
-func (c *Client) giveBack(lent []*[]byte) {
-	for _, b := range lent {
-		c.buffers.Put(b)
-	}
 }
 
 // deliverFrame decodes the frames of one entry and hands each to its

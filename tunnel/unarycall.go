@@ -196,7 +196,7 @@ func (c *Client) attempt(ctx context.Context, call *outgoingCall, attempt int, r
 		if res.err != nil {
 			return res.err
 		}
-		defer c.giveBack(res.lent) // finish reads the payload and keeps nothing of it
+		defer c.buffers.PutAll(res.lent) // finish reads the payload and keeps nothing of it
 		defer c.responses.put(res.resp)
 		return c.finish(full, res.resp, reply, call.cfg)
 	case <-ctx.Done():

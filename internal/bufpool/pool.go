@@ -129,6 +129,14 @@ func (p *Pool) keep(c int, b *[]byte) bool {
 	return true
 }
 
+// PutAll puts each of bufs (see Put): the buffers one owner held
+// together, such as the values of a stream entry lent by a reader.
+func (p *Pool) PutAll(bufs []*[]byte) {
+	for _, b := range bufs {
+		p.Put(b)
+	}
+}
+
 // Put gives b back for reuse; nothing may read or write it afterwards. A
 // buffer grown past its class (an append outgrew it) goes to the class
 // its capacity fills; one beyond MaxSize, or smaller than MinSize, is

@@ -102,3 +102,13 @@ func TestLargeBuffersOutliveCollections(t *testing.T) {
 		}
 	}
 }
+
+func TestPutAllGivesBackEachBuffer(t *testing.T) {
+	var p Pool
+	a, b := p.Get(LargeSize), p.Get(LargeSize)
+	p.PutAll([]*[]byte{a, b})
+	got := map[*[]byte]bool{p.Get(LargeSize): true, p.Get(LargeSize): true}
+	if !got[a] || !got[b] { // large buffers are kept outside sync.Pool: Get finds them again
+		t.Fatalf("after PutAll, Get returned %v; want both buffers given back (%p, %p)", got, a, b)
+	}
+}
