@@ -91,7 +91,7 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			_ = rdb.Close()
 			return nil, fmt.Errorf("rpr: connect to redis master %q through the sentinels at %s: %w%s (%s)",
-				o.MasterName, RedactURL(rawURL), err, refusedCertHint(err), askSentinels(o))
+				o.MasterName, RedactURL(rawURL), err, refusedCertHint(err, o.TLSConfig), askSentinels(o))
 		}
 		return rdb, nil
 	case target.cluster != nil:
@@ -104,7 +104,7 @@ func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		if db := target.single.DB; db != 0 && strings.Contains(err.Error(), "SELECT is not allowed in cluster mode") {
 			return nil, urlError(rawURL, clusterDBError(strconv.Itoa(db)))
 		}
-		return nil, fmt.Errorf("rpr: connect to redis at %s: %w%s", RedactURL(rawURL), err, refusedCertHint(err))
+		return nil, fmt.Errorf("rpr: connect to redis at %s: %w%s", RedactURL(rawURL), err, refusedCertHint(err, target.single.TLSConfig))
 	}
 	if target.parts == nil { // a Unix socket
 		return rdb, nil
@@ -201,7 +201,7 @@ func openCluster(ctx context.Context, opts *redis.ClusterOptions, rawURL string)
 		if strings.Contains(err.Error(), "cluster support disabled") {
 			hint = " (not a Redis Cluster: for one standalone server give a single host:port)"
 		}
-		return nil, fmt.Errorf("rpr: connect to redis cluster at %s: %w%s%s", RedactURL(rawURL), err, hint, refusedCertHint(err))
+		return nil, fmt.Errorf("rpr: connect to redis cluster at %s: %w%s%s", RedactURL(rawURL), err, hint, refusedCertHint(err, opts.TLSConfig))
 	}
 	return rdb, nil
 }

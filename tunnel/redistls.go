@@ -335,16 +335,22 @@ func verifyHint(err error) string {
 }
 
 // refusedCertHint says what to do when the server refused the client's
-// certificate, or the lack of one: it tells so with a TLS alert on the
-// first read after the handshake, outside the dialer.
-func refusedCertHint(err error) string {
+// certificate, or the lack of one (conf is the connection's TLS
+// configuration, nil without TLS). Under TLS 1.3 the server tells so
+// after the client's side of the handshake is done: with an alert on
+// the first read, or, when the client's first write reaches it after it
+// hung up, only by resetting the connection.
+func refusedCertHint(err error, conf *tls.Config) string {
 	if err == nil {
 		return ""
 	}
 	msg := err.Error()
+	noClientCert := conf != nil && len(conf.Certificates) == 0 && conf.GetClientCertificate == nil
 	switch {
 	case strings.Contains(msg, "tls: certificate required"):
 		return " (the server requires a client certificate: give ?" + paramTLSCert + "= and ?" + paramTLSKey + "=)"
+	case noClientCert && closedEarly(err):
+		return " (the server closed the connection after the TLS handshake: if it requires client certificates (tls-auth-clients), give ?" + paramTLSCert + "= and ?" + paramTLSKey + "=)"
 	case strings.Contains(msg, "tls: unknown certificate authority"), strings.Contains(msg, "tls: bad certificate"):
 		return " (the server does not accept the client certificate of ?" + paramTLSCert + "=: use one signed by a CA the server trusts, tls-ca-cert-file)"
 	}

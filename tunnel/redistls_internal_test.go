@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -71,5 +73,27 @@ func TestTLSDialerServerCloses(t *testing.T) {
 	var notTLS *notTLSError
 	if err == nil || errors.As(err, &notTLS) || !strings.Contains(err.Error(), "TLS handshake with "+addr) {
 		t.Fatalf("Dial = %v, want a failed TLS handshake", err)
+	}
+}
+
+// Under TLS 1.3 a server that wants a client certificate may answer the
+// client's first write by resetting the connection instead of with its
+// alert: without a certificate configured, the error still says which
+// parameters to give; with one, or without TLS, a reset says nothing
+// about certificates.
+func TestRefusedCertHintForAResetAfterTheHandshake(t *testing.T) {
+	reset := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.ECONNRESET)}
+	withCert := &tls.Config{Certificates: []tls.Certificate{{}}}
+	if got := refusedCertHint(reset, &tls.Config{}); !strings.Contains(got, "give ?tls_cert= and ?tls_key=") {
+		t.Errorf("reset, TLS without a client certificate: hint %q; want it to name ?tls_cert= and ?tls_key=", got)
+	}
+	if got := refusedCertHint(reset, withCert); got != "" {
+		t.Errorf("reset, TLS with a client certificate: hint %q; want none", got)
+	}
+	if got := refusedCertHint(reset, nil); got != "" {
+		t.Errorf("reset without TLS: hint %q; want none", got)
+	}
+	if got := refusedCertHint(errors.New("remote error: tls: certificate required"), withCert); !strings.Contains(got, "requires a client certificate") {
+		t.Errorf("certificate-required alert: hint %q", got)
 	}
 }
