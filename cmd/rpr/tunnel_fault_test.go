@@ -74,7 +74,10 @@ func TestTunnelEgressKilled(t *testing.T) {
 	w.startIngress()
 
 	streamed := make(chan tunStreamed, 1)
-	go func() { streamed <- w.stream("/stream/x", ingress.TimeoutHeader, "20s", tagHeader, "stream") }()
+	firstPart := make(chan struct{})
+	go func() {
+		streamed <- w.stream("/stream/x", firstPart, ingress.TimeoutHeader, "20s", tagHeader, "stream")
+	}()
 	answers := make([]chan tunAnswer, 2)
 	for i, timeout := range []string{"2s", "30s"} {
 		answers[i] = make(chan tunAnswer, 1)
@@ -87,6 +90,13 @@ func TestTunnelEgressKilled(t *testing.T) {
 		return len(rec.byTag("s1")) == 1 && len(rec.byTag("s2")) == 1 && len(rec.byKey("job-held")) == 1 && len(rec.byTag("stream")) == 1
 	})
 
+	// The kill must come after the caller has the stream's first part
+	// (the upstream holding the request says only that it wrote it).
+	select {
+	case <-firstPart:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the streamed response's first part did not arrive within 20s")
+	}
 	killed := time.Now()
 	e1.Kill()
 	after := w.post("/jobs/b", "job-after", []byte("posted while no egress runs"))

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,8 +218,13 @@ func (s tunStreamed) String() string {
 }
 
 // stream sends a GET to the ingress and reads the answer's first line,
-// then the rest.
-func (w *tunWorld) stream(path string, hdr ...string) tunStreamed {
+// then the rest; first is closed once the first line has been read, or
+// the request or that read failed, so that a test can act between the
+// first line and the rest.
+func (w *tunWorld) stream(path string, first chan<- struct{}, hdr ...string) tunStreamed {
+	var once sync.Once
+	firstDone := func() { once.Do(func() { close(first) }) }
+	defer firstDone()
 	req, err := http.NewRequest("GET", w.base+path, nil)
 	if err != nil {
 		return tunStreamed{restErr: err}
@@ -235,6 +241,7 @@ func (w *tunWorld) stream(path string, hdr ...string) tunStreamed {
 	r := bufio.NewReader(resp.Body)
 	s := tunStreamed{status: resp.StatusCode}
 	s.first, err = r.ReadString('\n')
+	firstDone()
 	if err == nil {
 		var rest []byte
 		rest, err = io.ReadAll(r)
