@@ -59,7 +59,14 @@ func (c *Client) noLiveServerError(svc *clientService, full, rid, lane string) *
 	if lane != DefaultLane && svc.liveWorkers("") > 0 {
 		return notExecutedf(Unavailable, "%s [%s]: no live server in lane %s of service %s (servers of other lanes are up): start one with ServerOptions.Lane %q, or route the method elsewhere (`rpr routes`)", full, rid, lane, svc.name, lane)
 	}
-	return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, svc.name, wire.LiveWindow, c.opts.Prefix)
+	r := svc.roster.Load()
+	if r == nil || r.Known == 0 {
+		return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (no worker heartbeat in the last %v under prefix %q): start a server, or check that it uses the same Redis and prefix", full, rid, svc.name, wire.LiveWindow, c.opts.Prefix)
+	}
+	// Servers were here: say how long they have been silent, so that a
+	// stopped or stalled server is told apart from a wrong Redis or prefix.
+	return notExecutedf(Unavailable, "%s [%s]: no live server for service %s (its last worker heartbeat came %v before this client looked, from %s; a server counts as live for %v after a beat): its servers stopped, stall, or cannot reach Redis; `rpr ls` lists them",
+		full, rid, svc.name, r.Silence().Round(100*time.Millisecond), r.LatestWorker, wire.LiveWindow)
 }
 
 // route picks the lane and shard of a call: the lane from WithLane, else

@@ -30,13 +30,13 @@ type clientService struct {
 	ready chan struct{} // closed when setup finished; then err is set
 	err   error
 
-	liveByLane atomic.Pointer[map[string]int] // live workers per lane
-	limits     atomic.Pointer[limitRules]     // rate-limit rules, refreshed with the rest
-	backlog    backlog
-	routes     clientRoutes
-	shards     shardPicker
-	kick       chan struct{} // asks the watcher for a refresh now
-	doze       serviceDoze
+	roster  atomic.Pointer[wire.Roster] // who serves it, as the last refresh read
+	limits  atomic.Pointer[limitRules]  // rate-limit rules, refreshed with the rest
+	backlog backlog
+	routes  clientRoutes
+	shards  shardPicker
+	kick    chan struct{} // asks the watcher for a refresh now
+	doze    serviceDoze
 
 	// terms are the terms the shards' masters were seen in: a "never
 	// ran" must come from the term that held the request (see termLog).
@@ -102,18 +102,18 @@ func (s *clientService) requestStream(keys store.Keyspace, shard int, lane strin
 
 // liveWorkers returns how many workers serve lane (all lanes for "").
 func (s *clientService) liveWorkers(lane string) int {
-	m := s.liveByLane.Load()
-	if m == nil {
+	r := s.roster.Load()
+	if r == nil {
 		return 0
 	}
 	if lane == "" {
 		n := 0
-		for _, v := range *m {
+		for _, v := range r.Live {
 			n += v
 		}
 		return n
 	}
-	return (*m)[lane]
+	return r.Live[lane]
 }
 
 // responseStreams returns the response streams opened so far.
@@ -289,8 +289,8 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	}
 	redisNow := timeCmd.Val()
 	c.clock.observe(redisNow, sentAt, time.Now())
-	live := wire.LiveByLane(workers.Val(), redisNow.UnixMilli(), DefaultLane)
-	s.liveByLane.Store(&live)
+	roster := wire.ReadRoster(workers.Val(), redisNow.UnixMilli(), DefaultLane)
+	s.roster.Store(&roster)
 	s.checkStreamWorkers(workers.Val(), redisNow.UnixMilli())
 	var size int64
 	for _, cmd := range queued {

@@ -3,6 +3,7 @@ package tunnel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -238,6 +239,34 @@ func TestGracefulShutdownAnswersInFlightCalls(t *testing.T) {
 		_, err := e.call(ctx, "Echo", "x")
 		return tunnel.CodeOf(err) == tunnel.Unavailable
 	})
+}
+
+// TestNoLiveServerSaysHowLongItsServersAreSilent: a call that finds no
+// live server says whether any server ever beat under the prefix (a wrong
+// Redis or prefix) or how long ago the last one did, and which it was (a
+// stopped or stalled server), so that the two are told apart from the
+// error alone.
+func TestNoLiveServerSaysHowLongItsServersAreSilent(t *testing.T) {
+	e := newEnv(t, envConfig{noServe: true})
+	_, err := e.call(context.Background(), "Echo", "x")
+	if tunnel.CodeOf(err) != tunnel.Unavailable || !strings.Contains(err.Error(), "no worker heartbeat in the last 5s under prefix") {
+		t.Fatalf("with no server ever: %v; want UNAVAILABLE naming the prefix", err)
+	}
+	ctx := context.Background()
+	now, err := e.rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := fmt.Sprintf(`{"host":"h","pid":1,"started_ms":1,"beat_ms":%d}`, now.Add(-42*time.Second).UnixMilli())
+	if err := e.rdb.HSet(ctx, "rpr:v1:{"+echoDesc.Service.Name+"}:workers", "w-stalled", stalled).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.call(ctx, "Echo", "x")
+	for _, want := range []string{"no live server for service " + echoDesc.Service.Name, "last worker heartbeat came 42", "from w-stalled", "`rpr ls`"} {
+		if tunnel.CodeOf(err) != tunnel.Unavailable || !strings.Contains(err.Error(), want) {
+			t.Fatalf("with a server silent for 42s: %v; want UNAVAILABLE saying %q", err, want)
+		}
+	}
 }
 
 func TestRequestSizeLimits(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestWorkerLiveAt: a worker is live for LiveWindow after its last beat,
@@ -21,6 +22,29 @@ func TestWorkerLiveAt(t *testing.T) {
 	}
 	if got := LiveByLane(map[string]string{"w1": `{"beat_ms":-9223372036854775808}`}, now, "default"); len(got) != 0 {
 		t.Errorf("a record beating at -2^63 counts as live: %v", got)
+	}
+}
+
+// TestReadRoster: a roster counts live workers by lane and, of every
+// record that parses, keeps the latest beat and its worker, so that a
+// caller told nobody is live can say for how long.
+func TestReadRoster(t *testing.T) {
+	const now = 1795995318695
+	r := ReadRoster(map[string]string{
+		"old":    `{"beat_ms":1795995258695}`,                 // 60s ago
+		"recent": `{"beat_ms":1795995306695,"lane":"v2"}`,     // 12s ago
+		"live":   `{"beat_ms":1795995317695,"lane":"canary"}`, // 1s ago
+		"broken": `not json`,
+	}, now, "default")
+	if r.Known != 3 || r.LatestWorker != "live" || r.Live["canary"] != 1 || len(r.Live) != 1 || r.Silence() != time.Second {
+		t.Fatalf("roster %+v (silence %v); want 3 known, live the latest, one live in canary, silent 1s", r, r.Silence())
+	}
+	r = ReadRoster(map[string]string{"recent": `{"beat_ms":1795995306695}`}, now, "default")
+	if r.Known != 1 || len(r.Live) != 0 || r.Silence() != 12*time.Second || r.LatestWorker != "recent" {
+		t.Fatalf("roster %+v (silence %v); want one known, none live, silent 12s", r, r.Silence())
+	}
+	if r := ReadRoster(nil, now, "default"); r.Known != 0 || r.Silence() != 0 || len(r.Live) != 0 {
+		t.Fatalf("empty hash: roster %+v", r)
 	}
 }
 

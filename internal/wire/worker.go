@@ -95,17 +95,54 @@ func (w Worker) LiveAt(nowMs int64) bool {
 // by lane ("" counts as defaultLane). Records that do not parse do not
 // count.
 func LiveByLane(hash map[string]string, nowMs int64, defaultLane string) map[string]int {
-	live := map[string]int{}
-	for _, raw := range hash {
+	return ReadRoster(hash, nowMs, defaultLane).Live
+}
+
+// Roster is what one read of a service's workers hash says: who is live,
+// by lane, and, for a caller told nobody is, whether any worker ever beat
+// there and how long ago the last one did.
+type Roster struct {
+	Live map[string]int // live workers by lane
+	// Known counts the records that parse, live or not (a record is
+	// pruned a PruneAge after its last beat); Latest is the latest beat
+	// among them (Redis unix ms) and LatestWorker the worker that sent it.
+	Known        int
+	Latest       int64
+	LatestWorker string
+	At           int64 // the Redis time of the read (unix ms)
+}
+
+// ReadRoster reads a workers hash at Redis time nowMs, counting live
+// workers by lane ("" counts as defaultLane). Records that do not parse
+// count nowhere.
+func ReadRoster(hash map[string]string, nowMs int64, defaultLane string) Roster {
+	r := Roster{Live: map[string]int{}, At: nowMs}
+	for id, raw := range hash {
 		w, ok := ParseWorker(raw)
-		if !ok || !w.LiveAt(nowMs) {
+		if !ok {
+			continue
+		}
+		r.Known++
+		if r.Known == 1 || w.BeatMs > r.Latest {
+			r.Latest, r.LatestWorker = w.BeatMs, id
+		}
+		if !w.LiveAt(nowMs) {
 			continue
 		}
 		lane := w.Lane
 		if lane == "" {
 			lane = defaultLane
 		}
-		live[lane]++
+		r.Live[lane]++
 	}
-	return live
+	return r
+}
+
+// Silence is how long before the read the last beat came (0 with no
+// record, or a beat stamped after the read).
+func (r Roster) Silence() time.Duration {
+	if r.Known == 0 || r.Latest >= r.At {
+		return 0
+	}
+	return time.Duration(r.At-r.Latest) * time.Millisecond
 }
