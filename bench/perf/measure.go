@@ -53,7 +53,7 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 	in := wrapperspb.Bytes(payload)
 	call := func(ctx context.Context, w int) error { return sys.call(ctx, w, in) }
 	if errs, err := compare.ClosedLoop(ctx, concurrency, warmup, nil, call); errs > 0 || err != nil {
-		return figures{}, loopError(sys.name+" warm-up", errs, warmup, err)
+		return figures{}, childDied(sys, loopError(sys.name+" warm-up", errs, warmup, err))
 	}
 	latencies := make([]time.Duration, calls)
 	runtime.GC()
@@ -77,7 +77,7 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 	cpuAfter := compare.ProcessCPU()
 	runtime.ReadMemStats(&memAfter)
 	if errs > 0 || firstErr != nil {
-		return figures{}, loopError(sys.name, errs, calls, firstErr)
+		return figures{}, childDied(sys, loopError(sys.name, errs, calls, firstErr))
 	}
 	childAfter, err := sys.child.Stats(ctx)
 	if err != nil {
@@ -101,6 +101,18 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 		mallocs: memAfter.Mallocs - memBefore.Mallocs + childAfter.Mallocs - childBefore.Mallocs,
 		bytes:   memAfter.TotalAlloc - memBefore.TotalAlloc + childAfter.TotalAlloc - childBefore.TotalAlloc,
 	}, nil
+}
+
+// childDied adds to a failed run's error how the system's server child
+// ended, when it is not running any more (or stops within two seconds).
+func childDied(sys system, err error) error {
+	if sys.child == nil {
+		return err
+	}
+	if died := sys.child.Died(2 * time.Second); died != "" {
+		return fmt.Errorf("%w; the %s server %s", err, sys.name, died)
+	}
+	return err
 }
 
 // loopError says why a closed loop of n calls failed.

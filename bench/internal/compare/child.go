@@ -159,6 +159,7 @@ type Child struct {
 	lines  chan string   // the child's stdout, a line each
 	done   chan struct{} // closed by Stop: the stdout reader gives up sending
 	exited chan struct{} // closed once the process has exited and been reaped
+	waited error         // how it exited (exec.Cmd.Wait's error), set before exited closes
 	stderr *tail
 	// Addr is what the child's ready line named: its gRPC listener's
 	// address, "-" for a server on Redis.
@@ -178,7 +179,7 @@ func StartChild(ctx context.Context, mode string) (*Child, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Child{lines: make(chan string, 16), done: make(chan struct{}), exited: make(chan struct{}), stderr: &tail{max: 4096}}
+	c := &Child{lines: make(chan string, 16), done: make(chan struct{}), exited: make(chan struct{}), stderr: &tail{max: 8192}}
 	c.cmd = exec.Command(exe)
 	c.cmd.Env = append(os.Environ(), ChildEnv+"="+mode)
 	c.cmd.Stdout, c.cmd.Stderr = w, c.stderr
@@ -218,8 +219,32 @@ func (c *Child) readStdout(r *os.File) {
 		case <-c.done: // stopping: nobody reads the lines any more
 		}
 	}
-	_ = c.cmd.Wait()
+	c.waited = c.cmd.Wait()
 	close(c.exited)
+}
+
+// Died describes how the child ended when it has exited without being
+// stopped (a crash, a panic), waiting up to within for it to be reaped:
+// its exit status and what it wrote to stderr. It is "" while the child
+// runs, or once Stop ended it.
+func (c *Child) Died(within time.Duration) string {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-t.C:
+		return ""
+	}
+	select {
+	case <-c.done:
+		return "" // stopped
+	default:
+	}
+	status := "exit status 0"
+	if c.waited != nil {
+		status = c.waited.Error()
+	}
+	return fmt.Sprintf("child %d exited (%s): %s", c.Pid(), status, c.stderr.String())
 }
 
 // next returns the child's next line of output, waiting at most bound.
@@ -274,29 +299,41 @@ func (c *Child) Stop() {
 	})
 }
 
-// tail keeps the last max bytes written to it: a child's stderr, quoted
-// when the child fails.
+// tail keeps the first and the last max/2 bytes written to it: a child's
+// stderr, quoted when the child fails. A Go panic says what it is first
+// and which goroutine last; the traces between them can run to megabytes.
 type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
+	mu        sync.Mutex
+	max       int
+	head, end []byte
+	cut       bool // bytes between head and end were dropped
 }
 
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
+	n := len(p)
+	if room := t.max/2 - len(t.head); room > 0 && !t.cut && len(t.end) == 0 {
+		take := min(room, len(p))
+		t.head, p = append(t.head, p[:take]...), p[take:]
 	}
-	return len(p), nil
+	t.end = append(t.end, p...)
+	if over := len(t.end) - t.max/2; over > 0 {
+		t.end = append(t.end[:0], t.end[over:]...)
+		t.cut = true
+	}
+	return n, nil
 }
 
 func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.b) == 0 {
+	if len(t.head)+len(t.end) == 0 {
 		return "(no stderr)"
 	}
-	return strings.TrimSpace(string(t.b))
+	gap := ""
+	if t.cut {
+		gap = "\n[…]\n"
+	}
+	return strings.TrimSpace(string(t.head) + gap + string(t.end))
 }
