@@ -53,7 +53,9 @@ type BreakerOptions struct {
 	// it (connection refused, timeouts, LOADING, ...).
 	FailureThreshold int
 	// CoolDown is how long an open breaker fails calls at once before it
-	// lets probe calls through (default 5s).
+	// lets probe calls through (default 5s). A service's breaker that
+	// opened on calls that found no live server closes sooner: at the
+	// client's first look at the service (once a second) that finds one.
 	CoolDown time.Duration
 	// HalfOpenProbes is how many probe calls a half-open breaker lets
 	// through at once, and how many successes in a row close it; one
@@ -171,10 +173,13 @@ func redisAddr(rdb redis.UniversalClient) string {
 // then sets healthy again from gobreaker's state and counts. The state
 // machine and its counting stay gobreaker's.
 type breaker struct {
-	name     string                    // service name, or "redis"
-	what     func(state string) string // starts a refusal's message: what is down
-	set      *breakers
-	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	name string                    // service name, or "redis"
+	what func(state string) string // starts a refusal's message: what is down
+	set  *breakers
+	// cb is gobreaker's circuit; a fresh one replaces it when a service
+	// whose breaker opened for want of a live server has one again
+	// (serverLive).
+	cb       atomic.Pointer[gobreaker.TwoStepCircuitBreaker[struct{}]]
 	classify func(error) outcome
 	attrs    attribute.Set
 
@@ -188,6 +193,7 @@ type breaker struct {
 
 	mu       sync.Mutex
 	lastErr  string    // message of the last failure
+	noServer bool      // the last failure was for want of a live server
 	reason   string    // why it last opened
 	openedAt time.Time // when it last opened
 }
@@ -207,17 +213,7 @@ func (b *breakers) newBreaker(name string, what func(state string) string, class
 		classify: classify,
 		attrs:    attribute.NewSet(attribute.String("rpc.service", name)),
 	}
-	threshold := uint32(b.opts.FailureThreshold)
-	br.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        name,
-		MaxRequests: uint32(b.opts.HalfOpenProbes),
-		Timeout:     b.opts.CoolDown,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= threshold },
-		IsExcluded:  func(err error) bool { return err == errExcluded },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			br.changed(from, to)
-		},
-	})
+	br.cb.Store(br.newCircuit())
 	br.healthy.Store(true)
 	b.state.Record(context.Background(), 0, metric.WithAttributeSet(br.attrs))
 	return br
@@ -372,7 +368,7 @@ func (br *breaker) allow() (ticket, error) {
 	if br.healthy.Load() {
 		return ticket{epoch: epoch}, nil
 	}
-	done, err := br.cb.Allow()
+	done, err := br.circuit().Allow()
 	return ticket{done: done, epoch: epoch}, err
 }
 
@@ -383,6 +379,7 @@ func (br *breaker) report(t ticket, err error) {
 	if o == outcomeFailure {
 		br.mu.Lock()
 		br.lastErr = toError(err).Message()
+		br.noServer = errors.Is(err, errNoLiveServer)
 		br.mu.Unlock()
 	}
 	br.settle(t, o)
@@ -416,12 +413,12 @@ func (br *breaker) settle(t ticket, o outcome) {
 			return
 		}
 		var err error
-		if done, err = br.cb.Allow(); err != nil {
+		if done, err = br.circuit().Allow(); err != nil {
 			return
 		}
 	}
 	done(result)
-	br.healthy.Store(br.cb.State() == gobreaker.StateClosed && br.cb.Counts().ConsecutiveFailures == 0)
+	br.updateHealthy()
 }
 
 // changed logs and counts a state change. gobreaker calls it with its own

@@ -33,7 +33,7 @@ func mustAllow(t *testing.T, br *breaker) ticket {
 	t.Helper()
 	tk, err := br.allow()
 	if err != nil {
-		t.Fatalf("breaker refused a call in state %v: %v", br.cb.State(), err)
+		t.Fatalf("breaker refused a call in state %v: %v", br.circuit().State(), err)
 	}
 	return tk
 }
@@ -49,18 +49,18 @@ func TestBreakerSuccessAfterFailureResetsCount(t *testing.T) {
 		t.Fatal("healthy after a failure")
 	}
 	br.report(b, nil)
-	if !br.healthy.Load() || br.cb.Counts().ConsecutiveFailures != 0 {
+	if !br.healthy.Load() || br.circuit().Counts().ConsecutiveFailures != 0 {
 		t.Fatalf("after a later success: healthy %v, consecutive failures %d; want healthy, 0",
-			br.healthy.Load(), br.cb.Counts().ConsecutiveFailures)
+			br.healthy.Load(), br.circuit().Counts().ConsecutiveFailures)
 	}
 	for range DefaultBreakerFailureThreshold - 1 {
 		br.report(mustAllow(t, br), errNoServer)
 	}
-	if got := br.cb.State(); got != gobreaker.StateClosed {
+	if got := br.circuit().State(); got != gobreaker.StateClosed {
 		t.Fatalf("state %v after %d failures; want closed", got, DefaultBreakerFailureThreshold-1)
 	}
 	br.report(mustAllow(t, br), errNoServer)
-	if got := br.cb.State(); got != gobreaker.StateOpen {
+	if got := br.circuit().State(); got != gobreaker.StateOpen {
 		t.Fatalf("state %v after %d consecutive failures; want open", got, DefaultBreakerFailureThreshold)
 	}
 	if _, err := br.allow(); err == nil {
@@ -74,11 +74,11 @@ func TestBreakerIgnoresOutcomesFromAnEarlierState(t *testing.T) {
 	for range DefaultBreakerFailureThreshold {
 		br.report(mustAllow(t, br), errNoServer)
 	}
-	if got := br.cb.State(); got != gobreaker.StateOpen {
+	if got := br.circuit().State(); got != gobreaker.StateOpen {
 		t.Fatalf("state %v; want open", got)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for br.cb.State() != gobreaker.StateHalfOpen {
+	for br.circuit().State() != gobreaker.StateHalfOpen {
 		if time.Now().After(deadline) {
 			t.Fatal("breaker did not turn half-open after its cool-down")
 		}
@@ -88,11 +88,11 @@ func TestBreakerIgnoresOutcomesFromAnEarlierState(t *testing.T) {
 	// The late failure belongs to the closed state: it must neither open
 	// the half-open breaker again nor take the probe's place.
 	br.report(late, errNoServer)
-	if got := br.cb.State(); got != gobreaker.StateHalfOpen {
+	if got := br.circuit().State(); got != gobreaker.StateHalfOpen {
 		t.Fatalf("state %v after a failure let through before it opened; want half-open", got)
 	}
 	br.report(probe, nil)
-	if got := br.cb.State(); got != gobreaker.StateClosed || !br.healthy.Load() {
+	if got := br.circuit().State(); got != gobreaker.StateClosed || !br.healthy.Load() {
 		t.Fatalf("after the probe succeeded: state %v, healthy %v; want closed, healthy", got, br.healthy.Load())
 	}
 }
@@ -104,7 +104,7 @@ func TestBreakerExcludedOutcomesCountNothing(t *testing.T) {
 	}
 	br.report(mustAllow(t, br), Errorf(Canceled, "cancelled by its caller"))
 	br.report(mustAllow(t, br), errNoServer)
-	if got := br.cb.State(); got != gobreaker.StateOpen {
+	if got := br.circuit().State(); got != gobreaker.StateOpen {
 		t.Fatalf("state %v: a cancelled call between failures reset the count; want open", got)
 	}
 }
@@ -118,7 +118,7 @@ func TestBreakerRefusalByServiceIsNoSuccessForRedis(t *testing.T) {
 		b.redis.report(mustAllow(t, b.redis), redisDown)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for br.cb.State() != gobreaker.StateHalfOpen || b.redis.cb.State() != gobreaker.StateHalfOpen {
+	for br.circuit().State() != gobreaker.StateHalfOpen || b.redis.circuit().State() != gobreaker.StateHalfOpen {
 		if time.Now().After(deadline) {
 			t.Fatal("breakers did not turn half-open after their cool-down")
 		}
@@ -131,9 +131,43 @@ func TestBreakerRefusalByServiceIsNoSuccessForRedis(t *testing.T) {
 	if _, err := b.allow("svc", "svc/M", "rid"); err == nil {
 		t.Fatal("a half-open service breaker with its probe slot taken let a call through")
 	}
-	if got := b.redis.cb.State(); got != gobreaker.StateHalfOpen {
+	if got := b.redis.circuit().State(); got != gobreaker.StateHalfOpen {
 		t.Fatalf("Redis breaker %v after a call the service's refused; want half-open (Redis was not tried)", got)
 	}
 	mustAllow(t, b.redis)
 	br.report(probe, nil)
+}
+
+// TestBreakerClosesWhenAServerIsBack: a breaker opened by calls that found
+// no live server closes as soon as a refresh finds one, not a cool-down
+// later; one opened by other failures keeps its course; and what the
+// replaced circuit still hears of changes nothing.
+func TestBreakerClosesWhenAServerIsBack(t *testing.T) {
+	br := testBreaker(t, time.Hour)
+	lingering := mustAllow(t, br) // let through before the failures, reported after the reset
+	for range DefaultBreakerFailureThreshold {
+		br.report(mustAllow(t, br), errNoServer)
+	}
+	if _, err := br.allow(); err == nil {
+		t.Fatal("an open breaker let a call through")
+	}
+	br.serverLive()
+	if got := br.circuit().State(); got != gobreaker.StateClosed || !br.healthy.Load() {
+		t.Fatalf("after a live server was found: state %v, healthy %v; want closed and healthy", got, br.healthy.Load())
+	}
+	mustAllow(t, br)
+	br.report(lingering, errNoServer)
+	if got := br.circuit().Counts().ConsecutiveFailures; got != 0 {
+		t.Fatalf("a failure let through by the replaced circuit counted in the new one: %d consecutive failures", got)
+	}
+
+	timedOut := notExecutedf(DeadlineExceeded, "nobody took it in time")
+	other := testBreaker(t, time.Hour)
+	for range DefaultBreakerFailureThreshold {
+		other.report(mustAllow(t, other), timedOut)
+	}
+	other.serverLive()
+	if got := other.circuit().State(); got != gobreaker.StateOpen {
+		t.Fatalf("a breaker opened by requests nobody took in time is %v after a live server was found; want open until its cool-down", got)
+	}
 }

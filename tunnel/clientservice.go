@@ -291,6 +291,9 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	c.clock.observe(redisNow, sentAt, time.Now())
 	roster := wire.ReadRoster(workers.Val(), redisNow.UnixMilli(), DefaultLane)
 	s.roster.Store(&roster)
+	if s.liveWorkers("") > 0 {
+		c.breakers.serviceLive(s.name) // calls refused for want of a server may go
+	}
 	s.checkStreamWorkers(workers.Val(), redisNow.UnixMilli())
 	var size int64
 	for _, cmd := range queued {
