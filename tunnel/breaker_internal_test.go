@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +171,50 @@ func TestBreakerClosesWhenAServerIsBack(t *testing.T) {
 	if got := other.circuit().State(); got != gobreaker.StateOpen {
 		t.Fatalf("a breaker opened by requests nobody took in time is %v after a live server was found; want open until its cool-down", got)
 	}
+}
+
+// TestBreakerServerLiveDuringCalls: calls let through, reported and
+// refused while refreshes replace the circuit keep the breaker's
+// bookkeeping sound (run with -race): once failures stop and a server is
+// found, the breaker is closed and healthy.
+func TestBreakerServerLiveDuringCalls(t *testing.T) {
+	br := testBreaker(t, time.Hour)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				tk, err := br.allow()
+				if err != nil {
+					continue // refused while open
+				}
+				if (w+i)%3 == 0 {
+					br.report(tk, nil)
+				} else {
+					br.report(tk, errNoServer)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 500 {
+			br.serverLive()
+		}
+	})
+	wg.Wait()
+	br.report(mustAllowEventually(t, br), errNoServer)
+	br.serverLive()
+	if got := br.circuit().State(); got != gobreaker.StateClosed || !br.healthy.Load() {
+		t.Fatalf("after the calls and a last refresh that found a server: state %v, healthy %v; want closed and healthy", got, br.healthy.Load())
+	}
+}
+
+// mustAllowEventually is mustAllow for a breaker that may be open: it
+// closes it first the way a refresh that finds a server does.
+func mustAllowEventually(t *testing.T, br *breaker) ticket {
+	t.Helper()
+	if tk, err := br.allow(); err == nil {
+		return tk
+	}
+	br.serverLive()
+	return mustAllow(t, br)
 }
