@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/rprtunnel/rpr/internal/wire"
@@ -56,8 +57,12 @@ func (c *Client) anyLiveWorker(ctx context.Context, svc *clientService, lane str
 
 // noLiveServerError explains a call that no live server could take.
 func (c *Client) noLiveServerError(svc *clientService, full, rid, lane string) *Error {
-	if lane != DefaultLane && svc.liveWorkers("") > 0 {
-		return notExecutedf(Unavailable, "%s [%s]: no live server in lane %s of service %s (servers of other lanes are up): start one with ServerOptions.Lane %q, or route the method elsewhere (`rpr routes`)", full, rid, lane, svc.name, lane)
+	if svc.liveWorkers("") > 0 { // servers of other lanes are up
+		start := fmt.Sprintf("start one with ServerOptions.Lane %q", lane)
+		if lane == DefaultLane {
+			start = "start one without ServerOptions.Lane"
+		}
+		return notExecutedf(Unavailable, "%s [%s]: no live server in lane %s of service %s (servers of other lanes are up): %s, or route the method elsewhere (`rpr routes`)", full, rid, lane, svc.name, start)
 	}
 	r := svc.roster.Load()
 	if r == nil || r.Known == 0 {

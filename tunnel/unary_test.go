@@ -267,6 +267,15 @@ func TestNoLiveServerSaysHowLongItsServersAreSilent(t *testing.T) {
 			t.Fatalf("with a server silent for 42s: %v; want UNAVAILABLE saying %q", err, want)
 		}
 	}
+	// A live server of another lane only: the default lane has none.
+	canary := fmt.Sprintf(`{"host":"h","pid":2,"started_ms":1,"beat_ms":%d,"lane":"canary"}`, now.UnixMilli()+60_000)
+	if err := e.rdb.HSet(ctx, "rpr:v1:{"+echoDesc.Service.Name+"}:workers", "w-canary", canary).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.call(ctx, "Echo", "x")
+	if want := "no live server in lane default of service " + echoDesc.Service.Name + " (servers of other lanes are up): start one without ServerOptions.Lane"; tunnel.CodeOf(err) != tunnel.Unavailable || !strings.Contains(err.Error(), want) {
+		t.Fatalf("with a live server in another lane only: %v; want UNAVAILABLE saying %q", err, want)
+	}
 }
 
 func TestRequestSizeLimits(t *testing.T) {
