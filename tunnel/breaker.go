@@ -437,11 +437,7 @@ func (br *breaker) changed(from, to gobreaker.State) {
 	last := br.lastErr
 	br.mu.Unlock()
 
-	ctx := context.Background()
-	br.set.state.Record(ctx, breakerStateValue(to), metric.WithAttributeSet(br.attrs))
-	br.set.transitions.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("rpc.service", br.name),
-		attribute.String("rpr.breaker.state", breakerStateName(to))))
+	br.record(to)
 	switch to {
 	case gobreaker.StateOpen:
 		br.set.log.Warn("rpr: circuit breaker open: failing calls at once",
@@ -452,6 +448,16 @@ func (br *breaker) changed(from, to gobreaker.State) {
 	default:
 		br.set.log.Info("rpr: circuit breaker closed: probe calls succeeded", "service", br.name)
 	}
+}
+
+// record exports the breaker's entry into state to: the state gauge and
+// the transitions counter.
+func (br *breaker) record(to gobreaker.State) {
+	ctx := context.Background()
+	br.set.state.Record(ctx, breakerStateValue(to), metric.WithAttributeSet(br.attrs))
+	br.set.transitions.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("rpc.service", br.name),
+		attribute.String("rpr.breaker.state", breakerStateName(to))))
 }
 
 // refusal is the error of a call the breaker did not let through (err is

@@ -1,12 +1,6 @@
 package tunnel
 
-import (
-	"context"
-
-	"github.com/sony/gobreaker/v2"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-)
+import "github.com/sony/gobreaker/v2"
 
 // newCircuit makes a closed gobreaker circuit with br's settings. Its
 // state changes reach br.changed only while it is br's circuit: one
@@ -68,7 +62,8 @@ func (br *breaker) serverLive() {
 	br.slow.Lock()
 	defer br.slow.Unlock()
 	old := br.circuit()
-	if old.State() == gobreaker.StateClosed && old.Counts().ConsecutiveFailures == 0 {
+	was := old.State()
+	if was == gobreaker.StateClosed && old.Counts().ConsecutiveFailures == 0 {
 		return
 	}
 	br.mu.Lock()
@@ -77,13 +72,9 @@ func (br *breaker) serverLive() {
 	br.cb.Store(br.newCircuit())
 	br.epoch.Add(1) // what the old circuit let through while healthy counts nowhere
 	br.healthy.Store(true)
-	if old.State() == gobreaker.StateClosed {
+	if was == gobreaker.StateClosed {
 		return // it was only counting: nothing to log
 	}
-	ctx := context.Background()
-	br.set.state.Record(ctx, breakerStateValue(gobreaker.StateClosed), metric.WithAttributeSet(br.attrs))
-	br.set.transitions.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("rpc.service", br.name),
-		attribute.String("rpr.breaker.state", breakerStateName(gobreaker.StateClosed))))
-	br.set.log.Info("rpr: circuit breaker closed: a live server is back", "service", br.name, "was", breakerStateName(old.State()))
+	br.record(gobreaker.StateClosed)
+	br.set.log.Info("rpr: circuit breaker closed: a live server is back", "service", br.name, "was", breakerStateName(was))
 }

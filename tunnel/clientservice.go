@@ -291,7 +291,7 @@ func (c *Client) refresh(ctx context.Context, s *clientService) error {
 	c.clock.observe(redisNow, sentAt, time.Now())
 	roster := wire.ReadRoster(workers.Val(), redisNow.UnixMilli(), DefaultLane)
 	s.roster.Store(&roster)
-	if s.liveWorkers("") > 0 {
+	if len(roster.Live) > 0 {
 		c.breakers.serviceLive(s.name) // calls refused for want of a server may go
 	}
 	s.checkStreamWorkers(workers.Val(), redisNow.UnixMilli())

@@ -267,7 +267,8 @@ func TestNoLiveServerSaysHowLongItsServersAreSilent(t *testing.T) {
 			t.Fatalf("with a server silent for 42s: %v; want UNAVAILABLE saying %q", err, want)
 		}
 	}
-	// A live server of another lane only: the default lane has none.
+	// A live server of another lane only: the default lane has none. (It
+	// beats a minute ahead, so that it is live however slow the run.)
 	canary := fmt.Sprintf(`{"host":"h","pid":2,"started_ms":1,"beat_ms":%d,"lane":"canary"}`, now.UnixMilli()+60_000)
 	if err := e.rdb.HSet(ctx, "rpr:v1:{"+echoDesc.Service.Name+"}:workers", "w-canary", canary).Err(); err != nil {
 		t.Fatal(err)

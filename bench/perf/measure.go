@@ -106,9 +106,6 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 // childDied adds to a failed run's error how the system's server child
 // ended, when it is not running any more (or stops within two seconds).
 func childDied(sys system, err error) error {
-	if sys.child == nil {
-		return err
-	}
 	if died := sys.child.Died(2 * time.Second); died != "" {
 		return fmt.Errorf("%w; the %s server %s", err, sys.name, died)
 	}

@@ -313,7 +313,7 @@ func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(p)
-	if room := t.max/2 - len(t.head); room > 0 && !t.cut && len(t.end) == 0 {
+	if room := t.max/2 - len(t.head); room > 0 && len(t.end) == 0 { // the head fills first
 		take := min(room, len(p))
 		t.head, p = append(t.head, p[:take]...), p[take:]
 	}
