@@ -140,9 +140,12 @@ func (x *fieldXAdd) set(stream any, field string, value []byte) {
 // dropValue forgets the value, whose memory its owner is about to reuse.
 func (x *fieldXAdd) dropValue() { x.value = nil }
 
+// queue sends the XADD at most once (store.AtMostOnceString): it adds a
+// request, which go-redis must not add again after a failure that may
+// have carried it to Redis, and whose error must be its only attempt's.
 func (x *fieldXAdd) queue(ctx context.Context, c commandSink) redis.Cmder {
 	cmd := redis.NewStringCmd(ctx, x.argv[:]...)
-	_ = c.Process(ctx, cmd) // the error is cmd's
+	_ = c.Process(ctx, store.AtMostOnceString(cmd)) // the error is cmd's
 	return cmd
 }
 

@@ -283,7 +283,10 @@ const minFreeConns = 4
 // answered a plain command with an error (an error reply means the
 // command did nothing: OOM, READONLY, LOADING, NOPERM...), refused to run
 // a script at all, or no connection to Redis was ever made (a failed
-// dial, no free connection in the pool), so nothing was written.
+// dial, no free connection in the pool), so nothing was written. That
+// reading holds only for a write go-redis tried once: after a resend, the
+// last attempt's error says nothing of the first, which may have reached
+// Redis. The writes it judges are sent with store.AtMostOnce.
 func neverRan(err error) bool {
 	if err == nil {
 		return false

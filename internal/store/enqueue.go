@@ -48,7 +48,7 @@ type Enqueue struct {
 // NewEnqueue starts an Enqueue into the request stream and retry set of
 // one lane of a shard; size is how many requests will be added.
 func NewEnqueue(stream, retries string, size int) *Enqueue {
-	return &Enqueue{Call: Call{script: enqueueScript, keys: []string{stream, retries},
+	return &Enqueue{Call: Call{script: enqueueScript, keys: []string{stream, retries}, once: true,
 		args: make([]any, 0, 3*size), refs: make([]BytesArg, 0, size+1)}} // the envelopes and the retry set's key (see Call.Queue)
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,9 @@ type script struct {
 	// runs when it is at its maxmemory; nil for a script that must be
 	// refused there (see Dialect).
 	oom *redis.Script
+	// src and oomSrc are lua's and oom's text, which Recover sends with
+	// EVAL (redis.Script does not give its text back).
+	src, oomSrc string
 }
 
 // oomShebang is the first line of a script's flagged form: Redis 7 runs
@@ -90,7 +94,7 @@ var scripts []*script
 // prelude). Redis refuses it at its maxmemory like any write: the scripts
 // that add new data (a request, a limiter's counters) are these.
 func newScript(name, body string) *script {
-	s := &script{name: name, lua: redis.NewScript(prelude + body)}
+	s := &script{name: name, lua: redis.NewScript(prelude + body), src: prelude + body}
 	scripts = append(scripts, s)
 	return s
 }
@@ -103,7 +107,8 @@ func newScript(name, body string) *script {
 // there (a completion deletes its request's entry).
 func newOOMScript(name, body string) *script {
 	s := newScript(name, body)
-	s.oom = redis.NewScript(oomShebang + prelude + body)
+	s.oomSrc = oomShebang + prelude + body
+	s.oom = redis.NewScript(s.oomSrc)
 	return s
 }
 
@@ -177,6 +182,8 @@ type Call struct {
 	cmd  *redis.Cmd
 	// flagged: Queue and Recover send the script's flagged form (Use).
 	flagged bool
+	// once: the call must reach Redis at most once (see AtMostOnce).
+	once bool
 }
 
 // BytesArg is a string or bytes argument of a command, which go-redis
@@ -218,12 +225,20 @@ func (c *Call) Use(d Dialect) {
 	c.flagged = d == DialectFlags && c.script.oom != nil
 }
 
-// form returns the script text the call sends.
+// form returns the script the call sends.
 func (c *Call) form() *redis.Script {
 	if c.flagged {
 		return c.script.oom
 	}
 	return c.script.lua
+}
+
+// formSrc returns the text of the script the call sends.
+func (c *Call) formSrc() string {
+	if c.flagged {
+		return c.script.oomSrc
+	}
+	return c.script.src
 }
 
 // Commander sends a command built by hand: a client, or a pipeline.
@@ -258,11 +273,21 @@ func (c *Call) Queue(ctx context.Context, p Commander) redis.Cmder {
 		}
 	}
 	c.cmd = redis.NewCmd(ctx, append(argv, c.args...)...)
+	c.process(ctx, p)
+	return c.cmd
+}
+
+// process sends c.cmd through p, as a command go-redis never resends when
+// the call must reach Redis at most once.
+func (c *Call) process(ctx context.Context, p Commander) {
 	if len(c.keys) > 0 {
 		c.cmd.SetFirstKeyPos(3)
 	}
+	if c.once {
+		_ = p.Process(ctx, AtMostOnce(c.cmd)) // the error is the command's
+		return
+	}
 	_ = p.Process(ctx, c.cmd) // the error is the command's
-	return c.cmd
 }
 
 // Recover runs the call again with EVAL, which also loads the script,
@@ -270,15 +295,24 @@ func (c *Call) Queue(ctx context.Context, p Commander) redis.Cmder {
 // failed over since the scripts were loaded). Every call is recovered
 // here and nowhere else. A flagged form Redis cannot compile (it was
 // replaced by a Redis 6.2) runs again in its plain form.
-func (c *Call) Recover(ctx context.Context, rdb redis.Scripter) {
+func (c *Call) Recover(ctx context.Context, rdb Commander) {
 	if c.cmd == nil || !isNoScript(c.cmd.Err()) {
 		return
 	}
-	c.cmd = c.form().Eval(ctx, rdb, c.keys, c.args...)
+	c.eval(ctx, rdb)
 	if c.flagged && isCompileError(c.cmd.Err()) {
 		c.flagged = false
-		c.cmd = c.script.lua.Eval(ctx, rdb, c.keys, c.args...)
+		c.eval(ctx, rdb)
 	}
+}
+
+// eval runs the call again with EVAL and the script's text: the
+// arguments of its last run, but for the first two.
+func (c *Call) eval(ctx context.Context, rdb Commander) {
+	argv := slices.Clone(c.cmd.Args())
+	argv[0], argv[1] = "eval", c.formSrc()
+	c.cmd = redis.NewCmd(ctx, argv...)
+	c.process(ctx, rdb)
 }
 
 // Err returns the error of the call's run, if any, naming the script; an
