@@ -279,7 +279,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		metrics:     metrics,
 		handoffs:    make(chan wire.Handoff, handoffQueue),
 	}
-	run.pool = newHandlerPool(run.runJob)
+	run.pool = newHandlerPool(run.runJob, handlerIdle)
 	// Readers and reclaimers stop taking requests when ctx ends; the
 	// goroutines that serve running handlers (heartbeat, lease extension,
 	// cancellation) stop once the last handler has finished.

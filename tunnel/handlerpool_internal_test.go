@@ -1,0 +1,68 @@
+package tunnel
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rprtunnel/rpr/internal/store"
+)
+
+// TestHandlerPoolRetiresIdle: goroutines that finished their jobs are
+// retired at the pool's next idle tick, busy ones are not, a job after
+// that starts a goroutine afresh, and close returns once every goroutine
+// has exited.
+func TestHandlerPoolRetiresIdle(t *testing.T) {
+	release := make(chan struct{})
+	var ran sync.WaitGroup
+	p := newHandlerPool(func(job handlerJob) {
+		defer ran.Done()
+		if job.decision.Verdict == "block" {
+			<-release
+		}
+	}, 20*time.Millisecond)
+	defer p.close()
+
+	ran.Add(5)
+	for range 4 {
+		p.run(handlerJob{})
+	}
+	p.run(handlerJob{decision: blockDecision})
+	waitUntil(t, func() bool { return p.alive.Load() == 1 })
+
+	close(release) // the busy one finishes, and is retired in turn
+	ran.Wait()
+	waitUntil(t, func() bool { return p.alive.Load() == 0 })
+
+	ran.Add(1)
+	p.run(handlerJob{})
+	ran.Wait()
+	if n := p.alive.Load(); n > 1 {
+		t.Fatalf("%d goroutines alive after one job, want at most 1", n)
+	}
+}
+
+// TestHandlerPoolCloseEndsIdle: close ends idle goroutines without waiting
+// for a tick.
+func TestHandlerPoolCloseEndsIdle(t *testing.T) {
+	var ran sync.WaitGroup
+	p := newHandlerPool(func(handlerJob) { ran.Done() }, time.Hour)
+	ran.Add(3)
+	for range 3 {
+		p.run(handlerJob{})
+	}
+	ran.Wait()
+	closed := make(chan struct{})
+	go func() { p.close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close did not return within 10s with idle goroutines")
+	}
+	if n := p.alive.Load(); n != 0 {
+		t.Fatalf("%d goroutines alive after close", n)
+	}
+}
+
+// blockDecision marks the job whose handler blocks until released.
+var blockDecision = store.Decision{Verdict: "block"}
