@@ -17,11 +17,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/rprtunnel/rpr/bench/internal/compare"
 )
@@ -36,6 +38,22 @@ type settings struct {
 	runTimeout          time.Duration
 	only                []string
 	redisBin            string
+	// profileDir, when set, receives CPU profiles of every measured run
+	// (see settings.profilePath).
+	profileDir string
+}
+
+// profilePath is where the CPU profiles of the run called label go, as
+// a prefix (measure adds .callers.prof and .server.prof): "" when the
+// run is not profiled.
+func (s *settings) profilePath(label string) string {
+	if s.profileDir == "" {
+		return ""
+	}
+	name := strings.Join(strings.FieldsFunc(label, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '='
+	}), "-")
+	return filepath.Join(s.profileDir, name)
 }
 
 // section is one measurement that adds rows to the table.
@@ -130,6 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.DurationVar(&s.settle, "settle", 2*time.Second, "wait after starting or stopping idle processes before sampling Redis")
 	fs.DurationVar(&s.runTimeout, "run-timeout", 2*time.Minute, "bound on one run's wall time (warm-up included)")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run (default all: "+strings.Join(sectionNames(), ",")+")")
+	fs.StringVar(&s.profileDir, "cpuprofile", "", "a directory for CPU profiles of every measured run, the callers' and the server child's apart (profiling adds a little CPU to the figures)")
 	fs.StringVar(&s.redisBin, "redis-server", "", "redis-server binary (default $RPR_REDIS_SERVER, else the one on PATH)")
 	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls, 1 run, 200 and 20 large calls, 2,000 async tasks, a 2s idle window, 500ms settles (flags given explicitly win)")
 	if err := fs.Parse(args); err != nil {
@@ -147,6 +166,11 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 					return nil, err
 				}
 			}
+		}
+	}
+	if s.profileDir != "" {
+		if err := os.MkdirAll(s.profileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("-cpuprofile: %w", err)
 		}
 	}
 	if s.warmup == 0 {

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -46,8 +47,10 @@ type figures struct {
 
 // measure makes warmup unmeasured calls, then calls measured ones, with
 // concurrency callers in a closed loop, all within timeout. Any failed
-// call fails the run: a figure with errors in it is no figure.
-func measure(ctx context.Context, sys system, payload []byte, concurrency, calls, warmup int, timeout time.Duration) (figures, error) {
+// call fails the run: a figure with errors in it is no figure. With prof
+// set, the measured calls are profiled: this process's CPU into
+// prof.callers.prof, the server child's into prof.server.prof.
+func measure(ctx context.Context, sys system, payload []byte, concurrency, calls, warmup int, timeout time.Duration, prof string) (figures, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	in := wrapperspb.Bytes(payload)
@@ -69,6 +72,10 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 			return figures{}, err
 		}
 	}
+	stopProfiles, err := startProfiles(ctx, sys.child, prof)
+	if err != nil {
+		return figures{}, err
+	}
 	runtime.ReadMemStats(&memBefore)
 	cpuBefore := compare.ProcessCPU()
 	start := time.Now()
@@ -76,6 +83,9 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 	elapsed := time.Since(start)
 	cpuAfter := compare.ProcessCPU()
 	runtime.ReadMemStats(&memAfter)
+	if err := stopProfiles(); err != nil {
+		return figures{}, err
+	}
 	if errs > 0 || firstErr != nil {
 		return figures{}, childDied(sys, loopError(sys.name, errs, calls, firstErr))
 	}
@@ -100,6 +110,25 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 		redisTime: r.CPU, redisCmds: r.Commands, redisIO: r.Reads + r.Writes,
 		mallocs: memAfter.Mallocs - memBefore.Mallocs + childAfter.Mallocs - childBefore.Mallocs,
 		bytes:   memAfter.TotalAlloc - memBefore.TotalAlloc + childAfter.TotalAlloc - childBefore.TotalAlloc,
+	}, nil
+}
+
+// startProfiles starts the CPU profiles of a measured run (see measure):
+// none when prof is "". The function it returns stops them.
+func startProfiles(ctx context.Context, child *compare.Child, prof string) (stop func() error, err error) {
+	if prof == "" {
+		return func() error { return nil }, nil
+	}
+	stopCallers, err := compare.StartProfile(prof + ".callers.prof")
+	if err != nil {
+		return nil, fmt.Errorf("profiling the callers: %w", err)
+	}
+	if err := child.Profile(ctx, prof+".server.prof"); err != nil {
+		_ = stopCallers()
+		return nil, err
+	}
+	return func() error {
+		return errors.Join(stopCallers(), child.Unprofile(ctx))
 	}, nil
 }
 

@@ -48,12 +48,13 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 				if err != nil {
 					return nil, err
 				}
-				f, err := measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout)
+				label := fmt.Sprintf("rpr  c=%d inst=%d run %d/%d", c, inst, run+1, s.runs)
+				f, err := measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout, s.profilePath(label))
 				clients.Close()
 				if err != nil {
 					return nil, err
 				}
-				f.log(log, fmt.Sprintf("rpr  c=%d inst=%d run %d/%d", c, inst, run+1, s.runs))
+				f.log(log, label)
 				byLevel[i][j] = append(byLevel[i][j], f)
 			}
 			for j, inst := range plainInstances {
@@ -114,5 +115,5 @@ func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare
 		return figures{}, err
 	}
 	sys := system{name: "plain", call: clients.Call, child: child, admin: srv.admin}
-	return measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout)
+	return measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout, s.profilePath(fmt.Sprintf("plain c=%d inst=%d", c, instances)))
 }

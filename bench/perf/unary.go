@@ -47,17 +47,19 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 			if err != nil {
 				return nil, err
 			}
-			f, err := measure(ctx, sys, payload, c, calls, warmup, s.runTimeout)
+			label := fmt.Sprintf("rpr  %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs)
+			f, err := measure(ctx, sys, payload, c, calls, warmup, s.runTimeout, s.profilePath(label))
 			clients.Close()
 			if err != nil {
 				return nil, err
 			}
-			f.log(log, fmt.Sprintf("rpr  %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs))
+			f.log(log, label)
 			out[i].rpr = append(out[i].rpr, f)
-			if f, err = measure(ctx, srv.grpcSystem(), payload, c, calls, warmup, s.runTimeout); err != nil {
+			label = fmt.Sprintf("gRPC %s c=%d run %d/%d", size(len(payload)), c, run+1, s.runs)
+			if f, err = measure(ctx, srv.grpcSystem(), payload, c, calls, warmup, s.runTimeout, s.profilePath(label)); err != nil {
 				return nil, err
 			}
-			f.log(log, fmt.Sprintf("gRPC %s c=%d run %d/%d", size(len(payload)), c, run+1, s.runs))
+			f.log(log, label)
 			out[i].grpc = append(out[i].grpc, f)
 		}
 	}

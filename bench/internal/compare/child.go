@@ -116,13 +116,20 @@ func runChild(mode string) error {
 	go func() {
 		defer close(stdinDone)
 		sc := bufio.NewScanner(os.Stdin)
+		var prof profile
+		defer prof.stop()
 		for sc.Scan() {
-			if sc.Text() != "stats" {
-				continue
+			cmd, arg, _ := strings.Cut(sc.Text(), " ")
+			switch cmd {
+			case "stats":
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				fmt.Printf("stats %d %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()), sent.Commands())
+			case "profile":
+				fmt.Printf("profile %v\n", prof.start(arg))
+			case "unprofile":
+				fmt.Printf("unprofile %v\n", prof.stop())
 			}
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			fmt.Printf("stats %d %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()), sent.Commands())
 		}
 	}()
 	select {
@@ -286,6 +293,38 @@ func (c *Child) Stats(ctx context.Context) (ChildStats, error) {
 		}
 	}
 	return ChildStats{Mallocs: n[0], TotalAlloc: n[1], CPU: time.Duration(n[2]), Sent: n[3]}, nil
+}
+
+// Profile starts a CPU profile of the child into the file at path
+// (StartProfile), until Unprofile.
+func (c *Child) Profile(ctx context.Context, path string) error {
+	return c.ask(ctx, "profile "+path)
+}
+
+// Unprofile ends the child's CPU profile and writes it out.
+func (c *Child) Unprofile(ctx context.Context) error {
+	return c.ask(ctx, "unprofile")
+}
+
+// ask sends the child a profiling command and reads its answer: the
+// command's name and "<nil>", or the error.
+func (c *Child) ask(ctx context.Context, command string) error {
+	name, _, _ := strings.Cut(command, " ")
+	if _, err := io.WriteString(c.stdin, command+"\n"); err != nil {
+		return fmt.Errorf("asking child %d to %s: %w", c.Pid(), name, err)
+	}
+	line, err := c.next(ctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	answer, ok := strings.CutPrefix(line, name+" ")
+	if !ok {
+		return fmt.Errorf("child %d said %q, want %q and its outcome", c.Pid(), line, name)
+	}
+	if answer != "<nil>" {
+		return fmt.Errorf("child %d: %s: %s", c.Pid(), name, answer)
+	}
+	return nil
 }
 
 // Stop ends the child by its PID: its stdin closed and SIGTERM, then
