@@ -24,6 +24,17 @@ const (
 	totalCPUTarget = 40 // and redis-server
 )
 
+// Goal 1's bounds as ratios to gRPC-go's Go CPU per call in the same run.
+// Issue 18 set its bounds in µs on a machine where gRPC-go took 39 µs per
+// call; this machine's CPU figures move by half from run to run with its
+// neighbours' load (gRPC-go's from 29 to 88 µs across the runs in
+// docs/performance.md), so the issue's own rule, a ratio measured in one
+// run, is read off these: 23/39 and 40/39, rounded to two places.
+const (
+	goCPURatioTarget    = 0.59
+	totalCPURatioTarget = 1.03
+)
+
 // p50RatioTarget is goal 4's: rpr's c=1 p50 at most this many times
 // gRPC's, the gRPC server in another process.
 const p50RatioTarget = 2.2
@@ -83,6 +94,8 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 	rows := []compare.Row{
 		vsGRPC(1, "Go CPU µs/call, c=128 (callers + server process)", c128, goCPU, compare.AtMost(goCPUTarget)),
 		vsGRPC(1, "CPU µs/call with Redis's, c=128 (gRPC: Go only)", c128, total, compare.AtMost(totalCPUTarget)),
+		vsGRPC(1, "Go CPU/call, c=128, ÷ gRPC's (issue 18: 23 of its 39 µs)", c128, goCPU, compare.RatioAtMost(goCPURatioTarget)),
+		vsGRPC(1, "CPU/call with Redis's, c=128, ÷ gRPC's (40 of 39 µs)", c128, total, compare.RatioAtMost(totalCPURatioTarget)),
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),
