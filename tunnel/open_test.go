@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rprtunnel/rpr/internal/nettest"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -196,16 +196,11 @@ func TestOpenSentinel(t *testing.T) {
 // When no sentinel answers, the error says what each one did.
 func TestOpenSentinelUnreachable(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nobody listens there now
+	addr := nettest.RefusedAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	begin := time.Now()
-	_, err = tunnel.Open(ctx, "redis+sentinel://"+addr+"/rpr")
+	_, err := tunnel.Open(ctx, "redis+sentinel://"+addr+"/rpr")
 	t.Logf("%v: %v", time.Since(begin), err)
 	if err == nil || !strings.Contains(err.Error(), "sentinel "+addr+": ") || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("Open with no sentinel listening = %v, want it to say the sentinel refused the connection", err)

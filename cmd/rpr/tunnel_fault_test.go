@@ -10,7 +10,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/ingress"
 	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
+	"github.com/rprtunnel/rpr/internal/nettest"
 )
 
 // deliverAttempts is how often rpr.tunnel.v1.HTTP/Deliver is tried: its
@@ -171,12 +171,7 @@ func TestTunnelEgressKilled(t *testing.T) {
 func TestTunnelUpstreamDown(t *testing.T) {
 	t.Parallel()
 	w := newTunWorld(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := "http://" + l.Addr().String()
-	l.Close() // nothing listens there now: connections are refused
+	down := "http://" + nettest.RefusedAddr(t) // connections are refused
 	e1 := w.startEgress("e1")
 	w.setRoute("down", "--path", "/down", "--upstream", down)
 	w.setRoute("down-jobs", "--path", "/down-jobs", "--upstream", down, "--mode", "async")

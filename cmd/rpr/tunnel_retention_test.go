@@ -1,13 +1,13 @@
 package main
 
 import (
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
+	"github.com/rprtunnel/rpr/internal/nettest"
 )
 
 // TestTunnelEgressRetention: an egress started with --retention keeps a
@@ -18,12 +18,7 @@ import (
 func TestTunnelEgressRetention(t *testing.T) {
 	t.Parallel()
 	w := newTunWorld(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := "http://" + l.Addr().String()
-	l.Close() // nothing listens there now: connections are refused
+	down := "http://" + nettest.RefusedAddr(t) // connections are refused
 	startEgressProc(t, "", w.redis.URL(), "keeper-e1", "--retention", "10m")
 	w.waitLive("keeper-e1")
 	w.setRoute("down", "--path", "/down", "--upstream", down)

@@ -15,6 +15,7 @@ import (
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/grpcraw"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
 	tunnelv1 "github.com/rprtunnel/rpr/gen/rpr/tunnel/v1"
+	"github.com/rprtunnel/rpr/internal/nettest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
 
@@ -122,7 +123,7 @@ func testFailures(t *testing.T, w *egressWorld) {
 	up, upSrv, addr := startUpstream(t)
 	ctx := context.Background()
 
-	w.setRoutes(upstream.Route{Name: "down", PathPrefix: "/grpc.testing.TestService", Upstream: "grpc://" + deadAddress(t)})
+	w.setRoutes(upstream.Route{Name: "down", PathPrefix: "/grpc.testing.TestService", Upstream: "grpc://" + nettest.RefusedAddr(t)})
 	_, _, _, err := w.call(ctx, emptyCall)
 	if f, ok := FailureOf(err); tunnel.CodeOf(err) != tunnel.Unavailable || !ok || f.Sent || f.Route != "down" {
 		t.Errorf("upstream down: %v, %+v; want UNAVAILABLE, route down, not sent", err, f)

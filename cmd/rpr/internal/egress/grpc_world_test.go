@@ -178,18 +178,6 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, pool
 }
 
-// deadAddress returns a loopback address that refuses connections.
-func deadAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 func tlsServer(cert tls.Certificate) grpc.ServerOption {
 	return grpc.Creds(credentials.NewServerTLSFromCert(&cert))
 }
