@@ -195,7 +195,8 @@ func (f *httpForwarder) send(ctx context.Context, in *tunnelv1.HTTPRequest) (*ex
 // upstreamRequest builds the request to route's upstream: the caller's
 // method, path (under the upstream's; path is in's, decoded by
 // upstream.DecodePath), query, end-to-end headers and body, with
-// X-Forwarded-*, the request id and the trace context.
+// X-Forwarded-*, the request id, the trace context and the count of
+// tunnels crossed (upstream.HopsHeader).
 func (f *httpForwarder) upstreamRequest(ctx context.Context, route *upstream.Route, in *tunnelv1.HTTPRequest, path string) (*http.Request, error) {
 	escaped := in.GetPath()
 	target := *route.Target()
@@ -209,6 +210,7 @@ func (f *httpForwarder) upstreamRequest(ctx context.Context, route *upstream.Rou
 		return nil, tunnel.Errorf(tunnel.InvalidArgument, "rpr egress: route %s: %v", route.Name, err)
 	}
 	req.Header = headers.EndToEnd(headers.FromProto(in.GetHeaders()))
+	req.Header.Set(upstream.HopsHeader, upstream.NextHops(req.Header.Get(upstream.HopsHeader)))
 	if host, _, err := net.SplitHostPort(in.GetRemoteAddr()); err == nil {
 		prior := strings.Join(req.Header.Values("X-Forwarded-For"), ", ")
 		if prior != "" {

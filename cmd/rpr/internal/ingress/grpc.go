@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,6 +123,12 @@ func (h *grpcHandler) Stop() {
 func (h *grpcHandler) handle(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
 	md, _ := metadata.FromIncomingContext(ss.Context())
+	hops := upstream.Hops(firstValue(md, grpcraw.HopsKey))
+	if hops >= upstream.MaxHops {
+		h.log.Warn("rpr ingress: refused a gRPC call that crossed too many tunnels (a forwarding loop?)", "hops", hops, "method", method)
+		ss.SetTrailer(metadata.Pairs(grpcraw.OutcomeKey, OutcomeNotExecuted))
+		return status.Error(codes.FailedPrecondition, upstream.LoopError(hops))
+	}
 	authority := firstValue(md, ":authority")
 	route, ok := h.routes().Match(authority, method)
 	if !ok {
@@ -138,7 +145,7 @@ func (h *grpcHandler) handle(_ any, ss grpc.ServerStream) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c := &grpcCall{h: h, ss: ss, ctx: ctx, cancel: cancel, route: route, method: method, in: make(chan received)}
-	c.opts = c.callOptions(md, authority)
+	c.opts = c.callOptions(md, authority, hops)
 	h.readers.Go(c.readCaller)
 	return c.run()
 }
@@ -146,9 +153,10 @@ func (h *grpcHandler) handle(_ any, ss grpc.ServerStream) error {
 // callOptions are the rpr call's options: the method and authority, the
 // caller's address (its identity for rate limits, as for HTTP), the
 // caller's metadata as headers (without what gRPC and rpr set
-// themselves, grpcraw.Forwarded), the route's lane.
-func (c *grpcCall) callOptions(md metadata.MD, authority string) []tunnel.CallOption {
-	opts := make([]tunnel.CallOption, 0, 5+len(md))
+// themselves, grpcraw.Forwarded), the tunnels it crossed before (hops),
+// the route's lane.
+func (c *grpcCall) callOptions(md metadata.MD, authority string, hops int) []tunnel.CallOption {
+	opts := make([]tunnel.CallOption, 0, 6+len(md))
 	opts = append(opts, tunnel.CaptureRequestID(&c.id), tunnel.WithHeader(grpcraw.MethodHeader, c.method))
 	if c.h.callerHeader != "" {
 		opts = append(opts, tunnel.WithHeader(tunnel.CallerHeader, firstValue(md, c.h.callerHeader)))
@@ -171,6 +179,9 @@ func (c *grpcCall) callOptions(md metadata.MD, authority string) []tunnel.CallOp
 				opts = append(opts, tunnel.WithHeader(k, v))
 			}
 		}
+	}
+	if hops > 0 {
+		opts = append(opts, tunnel.WithHeader(grpcraw.HopsHeader, strconv.Itoa(hops)))
 	}
 	if c.route.Lane != "" {
 		opts = append(opts, tunnel.WithLane(c.route.Lane))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/egress"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/grpcraw"
+	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
 )
 
 // testNoRoute: a method no route of the ingress takes is UNIMPLEMENTED,
@@ -193,5 +195,28 @@ func testReflection(t *testing.T, cc *grpc.ClientConn) {
 	}
 	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after CloseSend: %v, want io.EOF", err)
+	}
+}
+
+// testLoop: a call whose route leads back to the ingress is forwarded
+// until it has crossed upstream.MaxHops tunnels, then refused
+// FAILED_PRECONDITION naming the loop (the status of an upstream, the
+// last ingress, as the caller sees it); one that says it crossed them
+// already is refused at once, not executed.
+func testLoop(t *testing.T, cc *grpc.ClientConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := cc.Invoke(ctx, "/loop.Service/Call", []byte{}, new([]byte), grpc.ForceCodecV2(grpcraw.Codec{}))
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "forwarding loop") {
+		t.Fatalf("a call routed back to its ingress: %v; want FAILED_PRECONDITION naming the loop", err)
+	}
+	var trailer metadata.MD
+	crossed := metadata.AppendToOutgoingContext(ctx, grpcraw.HopsKey, strconv.Itoa(upstream.MaxHops))
+	err = cc.Invoke(crossed, "/grpc.testing.TestService/EmptyCall", []byte{}, new([]byte), grpc.ForceCodecV2(grpcraw.Codec{}), grpc.Trailer(&trailer))
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), strconv.Itoa(upstream.MaxHops)+" times") {
+		t.Errorf("a call that crossed %d tunnels already: %v; want FAILED_PRECONDITION at once", upstream.MaxHops, err)
+	}
+	if got := first(trailer, grpcraw.OutcomeKey); got != OutcomeNotExecuted {
+		t.Errorf("outcome %q, want %q", got, OutcomeNotExecuted)
 	}
 }

@@ -60,6 +60,7 @@ func TestGRPCPassthrough(t *testing.T) {
 			t.Run("NoRoute", func(t *testing.T) { testNoRoute(t, conn.cc) })
 			t.Run("EgressNoRoute", func(t *testing.T) { testEgressNoRoute(t, conn.cc) })
 			t.Run("UpstreamDown", func(t *testing.T) { testUpstreamDown(t, conn.cc) })
+			t.Run("Loop", func(t *testing.T) { testLoop(t, conn.cc) })
 			t.Run("NoEgress", func(t *testing.T) { testNoEgress(t, conn.cc) })
 			t.Run("ContentSubtype", func(t *testing.T) { testContentSubtype(t, w, tc) })
 			t.Run("Reflection", func(t *testing.T) { testReflection(t, conn.cc) })
@@ -109,9 +110,12 @@ func testMetadata(t *testing.T, w *grpcWorld, tc testgrpc.TestServiceClient) {
 		t.Errorf("x-multi: got %q, want a,b", got)
 	}
 	for k := range md {
-		if strings.HasPrefix(k, "rpr-") || strings.HasPrefix(k, "x-rpr-") && k != grpcraw.RequestIDKey {
+		if strings.HasPrefix(k, "rpr-") || strings.HasPrefix(k, "x-rpr-") && k != grpcraw.RequestIDKey && k != grpcraw.HopsKey {
 			t.Errorf("rpr's own header %s reached the upstream", k)
 		}
+	}
+	if got := md.Get(grpcraw.HopsKey); len(got) != 1 || got[0] != "1" {
+		t.Errorf("%s: got %q, want 1 (one tunnel crossed)", grpcraw.HopsKey, got)
 	}
 	if got := md.Get(grpcraw.RequestIDKey); len(got) != 1 || got[0] == "" {
 		t.Errorf("%s: got %q", grpcraw.RequestIDKey, got)

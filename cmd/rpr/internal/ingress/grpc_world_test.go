@@ -24,6 +24,7 @@ import (
 	"github.com/rprtunnel/rpr/admin"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/egress"
 	"github.com/rprtunnel/rpr/cmd/rpr/internal/upstream"
+	"github.com/rprtunnel/rpr/internal/nettest"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/tunnel"
 )
@@ -52,15 +53,19 @@ func newGRPCWorld(t testing.TB, tune ...func(*grpcHandler)) *grpcWorld {
 	t.Helper()
 	w := &grpcWorld{t: t}
 	w.up, w.upAddr = startUpstream(t)
-	w.deadAddr = deadAddress(t)
+	w.deadAddr = nettest.RefusedAddr(t)
 	rs := redistest.Start(t)
 	w.rdb = rs.Client(t)
 	quiet := slog.New(slog.DiscardHandler)
+	// The ingress's listeners: ServeHTTP's and Serve's (see below).
+	hl, gl := listen(t), listen(t)
 
 	routes := []upstream.Route{
 		{Name: "testing", PathPrefix: "/grpc.testing.TestService", Upstream: "grpc://" + w.upAddr, Timeout: upstream.Duration(7 * time.Second)},
 		{Name: "reflection", PathPrefix: "/grpc.reflection.v1.ServerReflection", Upstream: "grpc://" + w.upAddr},
 		{Name: "down", PathPrefix: "/down.Service", Upstream: "grpc://" + w.deadAddr},
+		// A route back to the ingress itself: a forwarding loop.
+		{Name: "loop", PathPrefix: "/loop.Service", Upstream: "grpc://" + gl.Addr().String()},
 	}
 	egressTable := mustTable(t, routes)
 	// The ingress knows one route more than the egress.
@@ -112,7 +117,6 @@ func newGRPCWorld(t testing.TB, tune ...func(*grpcHandler)) *grpcWorld {
 
 	// ServeHTTP behind net/http, cleartext HTTP/2 (h2c) as rpr ingress
 	// --listen serves it.
-	hl := listen(t)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -120,7 +124,6 @@ func newGRPCWorld(t testing.TB, tune ...func(*grpcHandler)) *grpcWorld {
 	go func() { _ = hs.Serve(hl) }()
 	t.Cleanup(func() { _ = hs.Close() })
 	// Serve on a listener of its own, as rpr ingress --grpc-listen.
-	gl := listen(t)
 	go func() { _ = w.ingress.Serve(gl) }()
 
 	w.httpConn = dial(t, hl.Addr().String())
@@ -158,18 +161,6 @@ func listen(t testing.TB) net.Listener {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
-}
-
-// deadAddress returns a loopback address that refuses connections.
-func deadAddress(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
 }
 
 func dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {

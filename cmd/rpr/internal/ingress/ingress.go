@@ -90,6 +90,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.grpc.ServeHTTP(w, r)
 		return
 	}
+	if hops := upstream.Hops(r.Header.Get(upstream.HopsHeader)); hops >= upstream.MaxHops {
+		h.opts.Log.Warn("rpr ingress: refused a request that crossed too many tunnels (a forwarding loop?)", "hops", hops, "host", r.Host, "path", r.URL.Path)
+		httpError(w, "", http.StatusLoopDetected, OutcomeNotExecuted, upstream.LoopError(hops))
+		return
+	}
 	path := r.URL.EscapedPath()
 	if _, err := upstream.DecodePath(path); err != nil {
 		httpError(w, "", http.StatusBadRequest, OutcomeNotExecuted, "rpr ingress: "+err.Error())

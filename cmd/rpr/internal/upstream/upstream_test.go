@@ -205,3 +205,18 @@ func TestKindOf(t *testing.T) {
 		}
 	}
 }
+
+// TestHops: a count reads as itself, an absent one as 0, anything else as
+// MaxHops; forwarding adds one, never past MaxHops+1.
+func TestHops(t *testing.T) {
+	for value, want := range map[string]int{"": 0, "0": 0, "3": 3, "8": 8, "-1": MaxHops, "x": MaxHops, "99999999999999999999": MaxHops} {
+		if got := Hops(value); got != want {
+			t.Errorf("Hops(%q) = %d, want %d", value, got, want)
+		}
+	}
+	for value, want := range map[string]string{"": "1", "3": "4", "junk": "9", "1000": "9"} {
+		if got := NextHops(value); got != want {
+			t.Errorf("NextHops(%q) = %q, want %q", value, got, want)
+		}
+	}
+}
