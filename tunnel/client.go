@@ -82,7 +82,10 @@ type Client struct {
 // hook added to rdb may read a command's arguments while the command runs
 // but must copy any it keeps after that, as an io.Writer must not keep p.
 // Such a hook sees the Client's reads of its response streams as
-// *redis.RawWriteToCmd: rpr parses their replies itself.
+// *redis.RawWriteToCmd: rpr parses their replies itself; and the writes
+// that add a request (a unary call's XADD, a stream's open, an async
+// enqueue) as wrappers of *redis.StringCmd or *redis.Cmd whose NoRetry is
+// true, so that go-redis never sends a request twice.
 func NewClient(rdb redis.UniversalClient, opts ClientOptions) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("rpr: NewClient: redis client is nil (use tunnel.Open)")

@@ -24,14 +24,21 @@ import (
 // "not sent: safe to retry" for a call that ran, after go-redis's resend
 // found Redis gone and reported the failed dial).
 
+// lostReplyModes are what the client can do after the reply is lost:
+// reconnect at once, or nothing until the proxy listens again.
+var lostReplyModes = []struct {
+	name string
+	cut  bool
+}{{"reconnects", false}, {"cut off", true}}
+
 // TestLostReplyUnary: a unary call whose XADD's reply is lost runs once,
 // and its error says it may have run, whether the client can reconnect
 // at once (then a resend would have added the request again) or not at
 // all (then a resend's failed dial would have read as "not sent").
 func TestLostReplyUnary(t *testing.T) {
-	for _, cut := range []bool{false, true} {
-		name := map[bool]string{false: "reconnects", true: "cut off"}[cut]
-		t.Run(name, func(t *testing.T) {
+	for _, mode := range lostReplyModes {
+		cut := mode.cut
+		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			rs := redistest.Start(t)
 			var mu sync.Mutex
@@ -83,9 +90,9 @@ func TestLostReplyUnary(t *testing.T) {
 
 // TestLostReplyEnqueue: the same for an async request's enqueue.
 func TestLostReplyEnqueue(t *testing.T) {
-	for _, cut := range []bool{false, true} {
-		name := map[bool]string{false: "reconnects", true: "cut off"}[cut]
-		t.Run(name, func(t *testing.T) {
+	for _, mode := range lostReplyModes {
+		cut := mode.cut
+		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			w := newAsyncWorld(t, tunnel.ClientOptions{})
 			w.serve(tunnel.ServerOptions{Concurrency: 1})

@@ -32,6 +32,9 @@ func TestTunnelLoop(t *testing.T) {
 		t.Errorf("the ingress refused %d requests as a loop with hops=%d, want 1:\n%s", n, upstream.MaxHops, strings.Join(logLines(w.ingress, "loop"), "\n"))
 	}
 	st := w.waitSettled(10 * time.Second)
+	if st.EntriesAdded != upstream.MaxHops {
+		t.Errorf("the tunnel carried %d requests, want %d: one per crossing", st.EntriesAdded, upstream.MaxHops)
+	}
 	t.Logf("loop refused after %v; the service settled at %+v", a.elapsed, st)
 
 	b := w.send("GET", "/loop/orders", nil, upstream.HopsHeader, strconv.Itoa(upstream.MaxHops))

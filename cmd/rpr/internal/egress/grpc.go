@@ -124,7 +124,7 @@ func (f *grpcForwarder) open(ctx context.Context) (*upstreamCall, error) {
 	if id := tunnel.RequestIDFromContext(ctx); id != "" {
 		md.Set(grpcraw.RequestIDKey, id)
 	}
-	md.Set(grpcraw.HopsKey, upstream.NextHops(header.Get(grpcraw.HopsHeader)))
+	md.Set(grpcraw.HopsKey, upstream.NextHops(header.Get(grpcraw.HopsKey)))
 	f.opts.Propagator.Inject(ctx, grpcraw.Carrier(md))
 
 	release, err := f.limits.acquire(ctx, route)

@@ -19,9 +19,6 @@ const (
 	// ContentSubtypeHeader is the caller's content-subtype ("json" for
 	// application/grpc+json), when it named one other than proto.
 	ContentSubtypeHeader = "rpr-grpc-content-subtype"
-	// HopsHeader is how many rpr tunnels the call had crossed when it
-	// reached the ingress (its HopsKey), when it had crossed any.
-	HopsHeader = "rpr-grpc-hops"
 	// RequestIDKey carries the rpr request id to the upstream (request
 	// metadata) and back to the caller (trailer metadata).
 	RequestIDKey = "x-rpr-request-id"
@@ -29,10 +26,11 @@ const (
 	// have run it, "not executed" when rpr can prove it did not, as the
 	// HTTP ingress's X-Rpr-Outcome header.
 	OutcomeKey = "x-rpr-outcome"
-	// HopsKey counts the rpr tunnels a call has crossed: the egress sets
-	// it on the upstream call to one more than the call's HopsHeader, and
-	// an ingress refuses a call that crossed too many (a forwarding loop;
-	// see upstream.HopsHeader, its HTTP form).
+	// HopsKey counts the rpr tunnels a call has crossed: an ingress
+	// refuses a call that crossed too many (a forwarding loop; see
+	// upstream.HopsHeader, its HTTP form) and passes the count on in the
+	// rpr call's header under the same key, and the egress sets it on the
+	// upstream call to one more.
 	HopsKey = "x-rpr-hops"
 )
 

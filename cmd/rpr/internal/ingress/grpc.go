@@ -181,7 +181,7 @@ func (c *grpcCall) callOptions(md metadata.MD, authority string, hops int) []tun
 		}
 	}
 	if hops > 0 {
-		opts = append(opts, tunnel.WithHeader(grpcraw.HopsHeader, strconv.Itoa(hops)))
+		opts = append(opts, tunnel.WithHeader(grpcraw.HopsKey, strconv.Itoa(hops)))
 	}
 	if c.route.Lane != "" {
 		opts = append(opts, tunnel.WithLane(c.route.Lane))
