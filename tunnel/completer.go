@@ -23,6 +23,9 @@ type completion struct {
 	// store.Fenced) or an error, set before written is signalled.
 	result  completionResult
 	written chan struct{} // buffered: signalled once by the flush
+	// later marks a completion nobody waits for (serveRun.completeLater):
+	// the flush tells the completer's written func instead of signalling.
+	later bool
 }
 
 // completionKind says which script writes a completion.
@@ -60,10 +63,15 @@ type completer struct {
 	retention time.Duration
 	// signals holds the channels complete waits on.
 	signals signalPool
+	// written is told of each completion marked later once its result
+	// is set, on the flushing goroutine; it must not block.
+	written func(*completion)
 }
 
-func newCompleter(s *Server, queueSize int, observe func(size int, full bool)) *completer {
-	c := &completer{rdb: s.rdb, dialect: s.dialect, maxDeadLetters: s.deadLetterCap(), workerID: s.opts.WorkerID, retention: s.opts.Retention}
+// newCompleter returns the completer of s's requests; written is told of
+// the completions nobody waits for (see completion.later).
+func newCompleter(s *Server, queueSize int, observe func(size int, full bool), written func(*completion)) *completer {
+	c := &completer{rdb: s.rdb, dialect: s.dialect, maxDeadLetters: s.deadLetterCap(), workerID: s.opts.WorkerID, retention: s.opts.Retention, written: written}
 	// One flush in flight, as for the client's sends (see NewClient).
 	c.coalescer = newCoalescer(1, 256, queueSize, c.flush, observe)
 	return c
@@ -144,7 +152,11 @@ func (c *completer) flush(batch []*completion) {
 			} else {
 				comp.result = completionResult{n: results[i]}
 			}
-			comp.written <- struct{}{}
+			if comp.later {
+				c.written(comp) // may reuse comp
+			} else {
+				comp.written <- struct{}{}
+			}
 		}
 	}
 }

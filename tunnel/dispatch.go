@@ -236,18 +236,18 @@ func (r *serveRun) run(q *queue, req *received, d store.Decision) {
 }
 
 // runJob is the handler pool's work: handle one request, then give back
-// its slot; or go on with a queue's read loop.
+// its slot unless its completion does; or go on with a queue's read loop.
 func (r *serveRun) runJob(job handlerJob) {
 	if job.reader != nil {
 		defer r.queues.workers.Done()
 		r.read(job.reader)
 		return
 	}
-	defer func() {
-		r.releaseSlots(job.queue, 1)
-		r.handlers.Done()
-	}()
-	r.handle(job.queue, job.req, job.decision)
+	if r.handle(job.queue, job.req, job.decision) {
+		return // its completion ends it (see serveRun.completeLater)
+	}
+	r.releaseSlots(job.queue, 1)
+	r.handlers.Done()
 }
 
 // recreateGroup restores the workers group after Redis lost it (restarted

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rprtunnel/rpr/internal/store"
@@ -29,97 +30,128 @@ type handling struct {
 
 // outcomeSpace is what handle writes a request's outcome into: its
 // response and its completion on the paths nearly every request takes (a
-// unary answer, an async success). Nothing of it outlives handle (the
-// completer is done with a completion once it has signalled it), so it
-// is reused from serveRun.outcomes rather than allocated per request.
+// unary answer, an async success), and what ending the request undoes
+// once the completion is written (see endHandling). Nothing of it
+// outlives the request's end (the completer is done with a completion
+// once it has signalled it), so it is reused from serveRun.outcomes
+// rather than allocated per request.
 type outcomeSpace struct {
 	response   wire.Response
 	completion completion
+	// resp is the response the request ends with: response, or one built
+	// for an error.
+	resp    *wire.Response
+	cancel  context.CancelCauseFunc // the handler context's
+	span    trace.Span
+	measure callMeasure
+	// raw is the encoded response, in Server.buffers until the script
+	// that carries it has run.
+	raw *[]byte
 }
 
 // handle runs (or, for an orphan, refuses) one claimed request and writes
 // its final state and response. The request counts as running, with its
 // lease extended, until its completion is written.
-func (r *serveRun) handle(q *queue, req *received, d store.Decision) {
+//
+// A request's completion is written after handle returns: handle queues
+// it and reports handedOff, and the completer ends the request
+// and gives back its slot once the script that carries it has run (see
+// completeLater). The handler's goroutine is free for the next request
+// at once instead of waiting for the round trip: that wait and the
+// wake-up after it were a goroutine switch per request. Otherwise the
+// request is over when handle returns, and its slot is the caller's to
+// give back (a stream, a held request, a response that cannot be
+// encoded).
+func (r *serveRun) handle(q *queue, req *received, d store.Decision) (handedOff bool) {
 	s := r.server
 	if req.env.Kind == wire.KindStream && d.Verdict == store.VerdictRun && req.method != nil && req.method.IsStreaming() && req.denied == nil {
 		r.startStream(q, req)
-		return
+		return false
 	}
 	if d.Verdict == store.VerdictHeld {
 		r.completeHeld(q, req)
-		return
+		return false
 	}
-	defer r.giveBack(req) // after the deferred calls below, which may read the request
-	req.handling.outcome = r.outcomes.get()
-	defer func() { // after measure.end and endSpan, which read the response
-		r.outcomes.put(req.handling.outcome)
-		req.handling.outcome = nil
-	}()
+	out := r.outcomes.get()
+	req.handling.outcome = out
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
 	r.deadlines.start(&req.handling.deadline, nil, deadline)
-	defer r.deadlines.release(&req.handling.deadline)
 	ctx, cancelCause := context.WithCancelCause(&req.handling.deadline)
-	defer cancelCause(nil)
+	out.cancel = cancelCause
 	ctx = withCaller(ctx, req.caller())
 	req.handling.running = runningRequest{queue: q, received: req, cancel: cancelCause}
 	r.running.add(req.env.ID, &req.handling.running)
-	defer r.running.remove(req.env.ID)
 
 	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
-	ctx, span := s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
+	ctx, out.span = s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
 	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), r.metrics.attrs.lookup(req.env.Method, OK, false).record...)
-	measure := r.metrics.begin(ctx, req.env.Method)
-	var resp *wire.Response
+	out.measure = r.metrics.begin(ctx, req.env.Method)
 	var handlerErr error
+	var reply *[]byte // the response's payload, in Server.buffers
 	started := time.Now()
-	defer func() {
-		measure.end(responseError(resp))
-		endSpan(span, responseError(resp))
-	}()
 	if d.Verdict == store.VerdictOrphan {
 		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.Detail)
 		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.Detail, req.env.ID, req.env.Method)
-		resp = errorResponse(req.env.ID, handlerErr)
+		out.resp = errorResponse(req.env.ID, handlerErr)
 	} else {
-		var reply *[]byte
-		resp, reply, handlerErr = r.call(ctx, q, req, log)
-		if reply != nil {
-			defer s.buffers.Put(reply) // read only until the response is encoded
-		}
+		out.resp, reply, handlerErr = r.call(ctx, q, req, log)
 	}
 	if req.env.Kind == wire.KindAsync {
-		comp := r.asyncOutcome(q, req, resp, handlerErr, d, log)
+		comp := r.asyncOutcome(q, req, out.resp, handlerErr, d, log)
 		recordOwnKey(q, req, &comp.Completion)
 		if req.fast && comp.Action == store.ActionDone {
 			comp.kind = doneFast // the done marker alone
 		}
 		comp.Fast = req.fast // a failure: no claim to fence with
-		r.complete(q, req, comp, log)
-		return
+		r.completeLater(q, req, comp)
+		return true
 	}
 	final := wire.StateSuccess
-	if Code(resp.Code) != OK {
+	if Code(out.resp.Code) != OK {
 		final = wire.StateFailed
 	}
-	raw, err := req.encodeResponsePooled(&s.buffers, resp)
+	raw, err := req.encodeResponsePooled(&s.buffers, out.resp)
+	if reply != nil {
+		s.buffers.Put(reply) // read only until the response is encoded
+	}
 	if err != nil {
 		log.Error("rpr: encode response", "error", err)
-		return
+		r.endHandling(req)
+		return false
 	}
-	defer s.buffers.Put(raw) // complete returns once the script that carries it has
-	ttl := stateTTL(deadline)
-	comp := &req.handling.outcome.completion
+	out.raw = raw
+	comp := &out.completion
 	*comp = completion{kind: completeClaimed,
-		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: ttl, Response: *raw}}
+		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: stateTTL(deadline), Response: *raw}}
 	if req.fast {
 		comp.kind = answerFast // no state to record
 	}
 	if s.opts.Retention > 0 {
-		r.recordFinished(q, req, resp, started, &comp.Completion)
+		r.recordFinished(q, req, out.resp, started, &comp.Completion)
 	}
-	r.complete(q, req, comp, log)
+	r.completeLater(q, req, comp)
+	return true
+}
+
+// endHandling ends req once its outcome is written (or cannot be): its
+// metrics and span end, it stops counting as running, its handler's
+// context is cancelled and what it held goes back to its pools. The
+// request's slot is its caller's to give back.
+func (r *serveRun) endHandling(req *received) {
+	out := req.handling.outcome
+	if out.raw != nil {
+		r.server.buffers.Put(out.raw) // the script that carried it has run
+	}
+	err := responseError(out.resp)
+	out.measure.end(err)
+	endSpan(out.span, err)
+	r.running.remove(req.env.ID)
+	out.cancel(nil)
+	r.deadlines.release(&req.handling.deadline)
+	r.outcomes.put(out)
+	req.handling.outcome = nil
+	r.giveBack(req) // last: the calls above may read the request
 }
 
 // giveBack returns the buffers req's envelope was read into to

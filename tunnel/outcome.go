@@ -41,16 +41,65 @@ func errorResponse(id string, err error) *wire.Response {
 // retires its entry in one script, batched with other completions. It
 // returns once that is done, so a handler slot also covers its completion.
 // If Redis cannot be reached it keeps trying, with backoff, for as long as
-// the request's state lives: the outcome exists, and the request stays this
-// worker's (its lease is extended meanwhile) until it is written.
+// the request's state lives (see settle).
 func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requestLogger) {
-	s := r.server
 	comp.queue, comp.req = q, req
 	comp.EntryID, comp.State = req.entryID, req.state
+	r.settle(comp, log, r.completer.complete(comp))
+}
+
+// completeLater is complete for a request whose handler has returned
+// (see handle): it queues comp and returns at once. completionWritten
+// ends the request and gives back its slot once comp is written.
+func (r *serveRun) completeLater(q *queue, req *received, comp *completion) {
+	comp.queue, comp.req = q, req
+	comp.EntryID, comp.State = req.entryID, req.state
+	comp.later = true
+	if err := r.completer.submit(context.Background(), comp); err != nil {
+		// Not before Serve has waited for every handler; settled as a
+		// failed write all the same.
+		comp.result = completionResult{err: err}
+		r.completionWritten(comp)
+	}
+}
+
+// completionWritten is told of a completion queued by completeLater,
+// on the completer's goroutine, once its script has run. An answer or
+// an async success written as asked ends its request there and then;
+// any other result is settled (see settle) on a goroutine of its own,
+// as it may log, note a retry, refuse a foreign key or write again with
+// backoff, none of which may hold up the completer.
+func (r *serveRun) completionWritten(comp *completion) {
+	if comp.result.err == nil && comp.result.n == store.Written && (comp.Action == store.ActionReply || comp.Action == store.ActionDone) {
+		r.endLater(comp)
+		return
+	}
+	go func() { // counted in r.handlers until endLater
+		comp.later = false // written again, if at all, by complete's wait
+		r.settle(comp, r.server.handlerLog(comp.req), comp.result)
+		r.endLater(comp)
+	}()
+}
+
+// endLater ends the request of comp, a completion queued by
+// completeLater, and gives back its slot.
+func (r *serveRun) endLater(comp *completion) {
+	q, req := comp.queue, comp.req // comp is emptied with its request's outcome
+	r.endHandling(req)
+	r.releaseSlots(q, 1)
+	r.handlers.Done()
+}
+
+// settle acts on res, the result of writing comp: it notes and logs
+// what the script reported and, while Redis cannot be reached, writes
+// comp again with backoff for as long as the request's state lives: the
+// outcome exists, and the request stays this worker's (its lease is
+// extended meanwhile) until it is written.
+func (r *serveRun) settle(comp *completion, log *requestLogger, res completionResult) {
+	q, req := comp.queue, comp.req
 	giveUp := time.Now().Add(comp.TTL)
 	backoff := newBackoff(50*time.Millisecond, time.Second)
 	for {
-		res := r.completer.complete(comp)
 		if res.err == nil && (res.n == store.Held || (res.n == store.Written && comp.Action == store.ActionRetry)) {
 			q.notifyRetry()
 		}
@@ -63,7 +112,7 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 		case res.err == nil && res.n == store.Held:
 			r.noteHeld(q, log, "request held in the retry set, not run again")
 		case res.err == nil && res.n == store.Fenced:
-			s.stats.leasesLost.Add(1)
+			r.server.stats.leasesLost.Add(1)
 			log.Warn("rpr: lost this request to another worker (lease expired); outcome not written")
 		case res.err == nil && res.n == store.CallerGone:
 			log.Warn("rpr: caller's response stream is gone (caller exited?); response dropped", "reply_to", req.env.ReplyTo)
@@ -74,6 +123,7 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 		case res.err != nil && time.Now().Before(giveUp):
 			log.Warn("rpr: write outcome failed; retrying", "error", res.err)
 			backoff.wait(context.Background())
+			res = r.completer.complete(comp)
 			continue
 		case res.err != nil:
 			log.Error("rpr: write outcome failed until the request's state expired; giving up (the caller has timed out)", "error", res.err)

@@ -272,13 +272,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		queues:      &queueSet{},
 		slots:       make(chan struct{}, s.opts.Concurrency),
 		completions: newBatcher(s.rdb, 2, 64, s.opts.Concurrency, nil),
-		completer:   newCompleter(s, s.opts.Concurrency, metrics.batchObserver("complete")),
 		// One flush in flight: a stream's frames leave in order.
 		frames:      newBatcher(s.rdb, 1, 512, 4096, metrics.batchObserver("frames")),
 		observeRead: metrics.batchObserver("read"),
 		metrics:     metrics,
 		handoffs:    make(chan wire.Handoff, handoffQueue),
 	}
+	run.completer = newCompleter(s, s.opts.Concurrency, metrics.batchObserver("complete"), run.completionWritten)
 	run.pool = newHandlerPool(run.runJob, handlerIdle)
 	// Readers and reclaimers stop taking requests when ctx ends; the
 	// goroutines that serve running handlers (heartbeat, lease extension,
