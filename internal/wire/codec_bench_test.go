@@ -48,6 +48,16 @@ func BenchmarkEnvelope(b *testing.B) {
 			}
 		}
 	})
+	b.Run("request/decode/in-place", func(b *testing.B) { // a server's path: a reply string, decoded into its request
+		raw := string(reqRaw)
+		b.ReportAllocs()
+		for b.Loop() {
+			var env Request
+			if err := DecodeRequestStringInto(raw, &env); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("response/encode/reflection", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -123,6 +123,9 @@ func (r *envelopeReader) fields(field func(key []byte) error) error {
 // entries, or -1 for nil. Unlike Decoder.DecodeMapLen it refuses an
 // extension header in front, as the reflection decoder does for structs.
 func (r *envelopeReader) structLen() (int, error) {
+	if n, ok := r.fastMapLen(); ok {
+		return n, nil
+	}
 	c, err := r.dec.PeekCode()
 	if err != nil {
 		return 0, err
@@ -145,9 +148,15 @@ func (r *envelopeReader) structLen() (int, error) {
 // string or a []byte) and returns its bytes as a slice of the input, or nil
 // for msgpack nil.
 func (r *envelopeReader) raw() ([]byte, error) {
-	n, err := r.dec.DecodeBytesLen()
-	if err != nil || n < 0 {
-		return nil, err
+	n, ok := r.fastBytesLen()
+	if !ok {
+		var err error
+		if n, err = r.dec.DecodeBytesLen(); err != nil {
+			return nil, err
+		}
+	}
+	if n < 0 {
+		return nil, nil
 	}
 	left := r.src.Len()
 	if n > left {
@@ -206,9 +215,12 @@ func (r *envelopeReader) skipNested(depth int) error {
 // decodeInt reads any msgpack integer (or nil, as 0) into a signed field,
 // refusing values that do not fit.
 func decodeInt[T ~int | ~int64](r *envelopeReader) (T, error) {
-	n, err := r.dec.DecodeInt64()
-	if err != nil {
-		return 0, err
+	n, ok := r.fastInt()
+	if !ok {
+		var err error
+		if n, err = r.dec.DecodeInt64(); err != nil {
+			return 0, err
+		}
 	}
 	if int64(T(n)) != n {
 		return 0, fmt.Errorf("%d: %w", n, errOutOfRange)
@@ -219,9 +231,13 @@ func decodeInt[T ~int | ~int64](r *envelopeReader) (T, error) {
 // decodeUint reads any msgpack integer (or nil, as 0) into an unsigned
 // field, refusing values that do not fit, negative ones included.
 func decodeUint[T ~uint8 | ~uint32](r *envelopeReader) (T, error) {
-	n, err := r.dec.DecodeUint64()
-	if err != nil {
-		return 0, err
+	i, ok := r.fastInt()
+	n := uint64(i) // as the decoder converts a signed value
+	if !ok {
+		var err error
+		if n, err = r.dec.DecodeUint64(); err != nil {
+			return 0, err
+		}
 	}
 	if uint64(T(n)) != n {
 		return 0, fmt.Errorf("%d: %w", int64(n), errOutOfRange)
@@ -258,6 +274,9 @@ func (r *envelopeReader) payload() ([]byte, error) {
 
 // arrayLen reads an array header: its length, or -1 for nil.
 func (r *envelopeReader) arrayLen() (int, error) {
+	if n, ok := r.fastArrayLen(); ok {
+		return n, nil
+	}
 	n, err := r.dec.DecodeArrayLen()
 	if err != nil {
 		return 0, err
@@ -288,9 +307,12 @@ func (r *envelopeReader) bytesList() ([][]byte, error) {
 // decoder, it sets *md to nil for msgpack nil and adds to a map already
 // there, so that a repeated key merges; a nil array stays nil.
 func (r *envelopeReader) metadata(md *Metadata) error {
-	n, err := r.dec.DecodeMapLen()
-	if err != nil {
-		return err
+	n, ok := r.fastMapLen()
+	if !ok {
+		var err error
+		if n, err = r.dec.DecodeMapLen(); err != nil {
+			return err
+		}
 	}
 	if n < 0 {
 		*md = nil
