@@ -23,51 +23,35 @@ func (r *envelopeReader) advance(n int) {
 }
 
 // fastMapLen reads a map header: its number of entries, or -1 for nil.
-func (r *envelopeReader) fastMapLen() (int, bool) {
-	b := r.next()
-	if len(b) == 0 {
-		return 0, false
-	}
-	var n, size int
-	switch c := b[0]; {
-	case c >= 0x80 && c <= 0x8f: // fixmap
-		n, size = int(c&0x0f), 1
-	case c == 0xc0: // nil
-		n, size = -1, 1
-	case c == 0xde && len(b) >= 3: // map 16
-		n, size = int(binary.BigEndian.Uint16(b[1:])), 3
-	default: // map 32 and anything else: the decoder's way
-		return 0, false
-	}
-	// Each entry takes at least two bytes: a key and a value.
-	if n > (len(b)-size)/2 {
-		return 0, false // the decoder's path says it is truncated
-	}
-	r.advance(size)
-	return n, true
-}
+// Each entry takes at least two bytes: a key and a value.
+func (r *envelopeReader) fastMapLen() (int, bool) { return r.fastLen(0x80, 0xde, 2) }
 
 // fastArrayLen reads an array header: its number of elements, or -1 for
-// nil.
-func (r *envelopeReader) fastArrayLen() (int, bool) {
+// nil. Each element takes at least a byte.
+func (r *envelopeReader) fastArrayLen() (int, bool) { return r.fastLen(0x90, 0xdc, 1) }
+
+// fastLen reads the header of a map or an array whose fix form starts at
+// code fix and whose 16-bit form is code16, each item of which takes at
+// least per bytes. A 32-bit form, and a length the input cannot hold, are
+// left to the decoder (which says the input is truncated).
+func (r *envelopeReader) fastLen(fix, code16 byte, per int) (int, bool) {
 	b := r.next()
 	if len(b) == 0 {
 		return 0, false
 	}
 	var n, size int
 	switch c := b[0]; {
-	case c >= 0x90 && c <= 0x9f: // fixarray
+	case c >= fix && c <= fix+0x0f:
 		n, size = int(c&0x0f), 1
 	case c == 0xc0: // nil
 		n, size = -1, 1
-	case c == 0xdc && len(b) >= 3: // array 16
+	case c == code16 && len(b) >= 3:
 		n, size = int(binary.BigEndian.Uint16(b[1:])), 3
-	default: // array 32 and anything else: the decoder's way
+	default:
 		return 0, false
 	}
-	// Each element takes at least a byte.
-	if n > len(b)-size {
-		return 0, false // the decoder's path says it is truncated
+	if n > (len(b)-size)/per {
+		return 0, false
 	}
 	r.advance(size)
 	return n, true
