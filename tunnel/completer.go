@@ -21,11 +21,12 @@ type completion struct {
 	store.Completion
 	// result is the verdict (store.Written, store.CallerGone or
 	// store.Fenced) or an error, set before written is signalled.
-	result  completionResult
-	written chan struct{} // buffered: signalled once by the flush
-	// later marks a completion nobody waits for (serveRun.completeLater):
-	// the flush tells the completer's written func instead of signalling.
-	later bool
+	result completionResult
+	// written is what complete waits on (buffered: signalled once by the
+	// flush). A completion without one is one nobody waits for
+	// (serveRun.completeLater): the flush tells the completer's written
+	// func instead.
+	written chan struct{}
 }
 
 // completionKind says which script writes a completion.
@@ -63,13 +64,13 @@ type completer struct {
 	retention time.Duration
 	// signals holds the channels complete waits on.
 	signals signalPool
-	// written is told of each completion marked later once its result
-	// is set, on the flushing goroutine; it must not block.
+	// written is told of each completion nobody waits for once its
+	// result is set, on the flushing goroutine; it must not block.
 	written func(*completion)
 }
 
 // newCompleter returns the completer of s's requests; written is told of
-// the completions nobody waits for (see completion.later).
+// the completions nobody waits for (see completion.written).
 func newCompleter(s *Server, queueSize int, observe func(size int, full bool), written func(*completion)) *completer {
 	c := &completer{rdb: s.rdb, dialect: s.dialect, maxDeadLetters: s.deadLetterCap(), workerID: s.opts.WorkerID, retention: s.opts.Retention, written: written}
 	// One flush in flight, as for the client's sends (see NewClient).
@@ -152,7 +153,7 @@ func (c *completer) flush(batch []*completion) {
 			} else {
 				comp.result = completionResult{n: results[i]}
 			}
-			if comp.later {
+			if comp.written == nil {
 				c.written(comp) // may reuse comp
 			} else {
 				comp.written <- struct{}{}

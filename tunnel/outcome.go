@@ -43,8 +43,7 @@ func errorResponse(id string, err error) *wire.Response {
 // If Redis cannot be reached it keeps trying, with backoff, for as long as
 // the request's state lives (see settle).
 func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requestLogger) {
-	comp.queue, comp.req = q, req
-	comp.EntryID, comp.State = req.entryID, req.state
+	comp.of(q, req)
 	r.settle(comp, log, r.completer.complete(comp))
 }
 
@@ -52,9 +51,7 @@ func (r *serveRun) complete(q *queue, req *received, comp *completion, log *requ
 // (see handle): it queues comp and returns at once. completionWritten
 // ends the request and gives back its slot once comp is written.
 func (r *serveRun) completeLater(q *queue, req *received, comp *completion) {
-	comp.queue, comp.req = q, req
-	comp.EntryID, comp.State = req.entryID, req.state
-	comp.later = true
+	comp.of(q, req) // and no written channel: nobody waits
 	if err := r.completer.submit(context.Background(), comp); err != nil {
 		// Not before Serve has waited for every handler; settled as a
 		// failed write all the same.
@@ -75,10 +72,15 @@ func (r *serveRun) completionWritten(comp *completion) {
 		return
 	}
 	go func() { // counted in r.handlers until endLater
-		comp.later = false // written again, if at all, by complete's wait
 		r.settle(comp, r.server.handlerLog(comp.req), comp.result)
 		r.endLater(comp)
 	}()
+}
+
+// of makes comp the completion of req, read from q.
+func (comp *completion) of(q *queue, req *received) {
+	comp.queue, comp.req = q, req
+	comp.EntryID, comp.State = req.entryID, req.state
 }
 
 // endLater ends the request of comp, a completion queued by
