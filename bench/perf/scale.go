@@ -58,11 +58,12 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 				byLevel[i][j] = append(byLevel[i][j], f)
 			}
 			for j, inst := range plainInstances {
-				f, err := measurePlain(ctx, s, srv, plain, inst, c, payload)
+				label := fmt.Sprintf("plain c=%d inst=%d run %d/%d", c, inst, run+1, s.runs)
+				f, err := measurePlain(ctx, s, srv, plain, inst, c, payload, label)
 				if err != nil {
 					return nil, err
 				}
-				f.log(log, fmt.Sprintf("plain c=%d inst=%d run %d/%d", c, inst, run+1, s.runs))
+				f.log(log, label)
 				plainBy[i][j] = append(plainBy[i][j], f)
 			}
 		}
@@ -104,8 +105,8 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 }
 
 // measurePlain measures the plain Streams RPC with instances client
-// instances and c callers.
-func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, instances, c int, payload []byte) (figures, error) {
+// instances and c callers, in the run called label (its profiles' name).
+func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, instances, c int, payload []byte, label string) (figures, error) {
 	clients, err := compare.StartPlainClients(ctx, srv.redis.URL(), instances)
 	if err != nil {
 		return figures{}, err
@@ -115,5 +116,5 @@ func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare
 		return figures{}, err
 	}
 	sys := system{name: "plain", call: clients.Call, child: child, admin: srv.admin}
-	return measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout, s.profilePath(fmt.Sprintf("plain c=%d inst=%d", c, instances)))
+	return measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout, s.profilePath(label))
 }
