@@ -43,10 +43,21 @@ func TestLostReplyUnary(t *testing.T) {
 			rs := redistest.Start(t)
 			var mu sync.Mutex
 			runs := map[string]int{}
-			impl := map[string]echoHandler{"Echo": func(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			// The marked request's handler answers only once the call has
+			// returned: otherwise its answer, which reaches the client on
+			// another connection, may come before the lost reply's error
+			// and the call succeeds, as it rightly may.
+			answer := make(chan struct{})
+			impl := map[string]echoHandler{"Echo": func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 				mu.Lock()
 				runs[in.GetValue()]++
 				mu.Unlock()
+				if in.GetValue() == "lost-reply-unary" {
+					select {
+					case <-answer:
+					case <-ctx.Done():
+					}
+				}
 				return in, nil
 			}}
 			ran := func(v string) int { mu.Lock(); defer mu.Unlock(); return runs[v] }
@@ -63,6 +74,7 @@ func TestLostReplyUnary(t *testing.T) {
 
 			p.arm("lost-reply-unary", cut)
 			err := client.Invoke(ctx, m, wrapperspb.String("lost-reply-unary"), new(wrapperspb.StringValue))
+			close(answer)
 			if !p.fired() {
 				t.Fatalf("the proxy never saw the request; the call returned %v", err)
 			}
