@@ -11,8 +11,43 @@ import (
 // through an io.ByteReader call: that was most of the cost of decoding an
 // envelope, a twentieth of a server's CPU per unary call. Each reports
 // whether it read the value; for any other code, and for a header the
-// input ends inside, it reads nothing and the caller asks the decoder,
+// input ends inside, it reads nothing, and bytesLen, mapLen, int64 and
+// uint64 (which the envelope's fields are read through) ask the decoder,
 // whose answer (or error) is then the same as it always was.
+
+// bytesLen reads a str or bin header: the length of the value that
+// follows, or -1 for nil.
+func (r *envelopeReader) bytesLen() (int, error) {
+	if n, ok := r.fastBytesLen(); ok {
+		return n, nil
+	}
+	return r.dec.DecodeBytesLen()
+}
+
+// mapLen reads a map header: its number of entries, or -1 for nil.
+func (r *envelopeReader) mapLen() (int, error) {
+	if n, ok := r.fastMapLen(); ok {
+		return n, nil
+	}
+	return r.dec.DecodeMapLen()
+}
+
+// int64 reads any integer, or nil as 0, as Decoder.DecodeInt64 does.
+func (r *envelopeReader) int64() (int64, error) {
+	if n, ok := r.fastInt(); ok {
+		return n, nil
+	}
+	return r.dec.DecodeInt64()
+}
+
+// uint64 reads any integer, or nil as 0, as Decoder.DecodeUint64 does (a
+// negative one converted as Go converts it).
+func (r *envelopeReader) uint64() (uint64, error) {
+	if n, ok := r.fastInt(); ok {
+		return uint64(n), nil
+	}
+	return r.dec.DecodeUint64()
+}
 
 // next returns the unread input.
 func (r *envelopeReader) next() []byte { return r.in[len(r.in)-r.src.Len():] }

@@ -148,15 +148,9 @@ func (r *envelopeReader) structLen() (int, error) {
 // string or a []byte) and returns its bytes as a slice of the input, or nil
 // for msgpack nil.
 func (r *envelopeReader) raw() ([]byte, error) {
-	n, ok := r.fastBytesLen()
-	if !ok {
-		var err error
-		if n, err = r.dec.DecodeBytesLen(); err != nil {
-			return nil, err
-		}
-	}
-	if n < 0 {
-		return nil, nil
+	n, err := r.bytesLen()
+	if err != nil || n < 0 {
+		return nil, err
 	}
 	left := r.src.Len()
 	if n > left {
@@ -215,12 +209,9 @@ func (r *envelopeReader) skipNested(depth int) error {
 // decodeInt reads any msgpack integer (or nil, as 0) into a signed field,
 // refusing values that do not fit.
 func decodeInt[T ~int | ~int64](r *envelopeReader) (T, error) {
-	n, ok := r.fastInt()
-	if !ok {
-		var err error
-		if n, err = r.dec.DecodeInt64(); err != nil {
-			return 0, err
-		}
+	n, err := r.int64()
+	if err != nil {
+		return 0, err
 	}
 	if int64(T(n)) != n {
 		return 0, fmt.Errorf("%d: %w", n, errOutOfRange)
@@ -231,13 +222,9 @@ func decodeInt[T ~int | ~int64](r *envelopeReader) (T, error) {
 // decodeUint reads any msgpack integer (or nil, as 0) into an unsigned
 // field, refusing values that do not fit, negative ones included.
 func decodeUint[T ~uint8 | ~uint32](r *envelopeReader) (T, error) {
-	i, ok := r.fastInt()
-	n := uint64(i) // as the decoder converts a signed value
-	if !ok {
-		var err error
-		if n, err = r.dec.DecodeUint64(); err != nil {
-			return 0, err
-		}
+	n, err := r.uint64()
+	if err != nil {
+		return 0, err
 	}
 	if uint64(T(n)) != n {
 		return 0, fmt.Errorf("%d: %w", int64(n), errOutOfRange)
@@ -307,12 +294,9 @@ func (r *envelopeReader) bytesList() ([][]byte, error) {
 // decoder, it sets *md to nil for msgpack nil and adds to a map already
 // there, so that a repeated key merges; a nil array stays nil.
 func (r *envelopeReader) metadata(md *Metadata) error {
-	n, ok := r.fastMapLen()
-	if !ok {
-		var err error
-		if n, err = r.dec.DecodeMapLen(); err != nil {
-			return err
-		}
+	n, err := r.mapLen()
+	if err != nil {
+		return err
 	}
 	if n < 0 {
 		*md = nil
