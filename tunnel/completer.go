@@ -81,8 +81,14 @@ func newCompleter(s *Server, queueSize int, observe func(size int, full bool), w
 // complete queues one completion and waits for its result.
 func (c *completer) complete(comp *completion) completionResult {
 	written := c.signals.get()
-	defer c.signals.put(written) // empty again: signalled once, received once, or never queued
 	comp.written = written
+	defer func() {
+		// The channel is empty again (signalled once and received once,
+		// or never queued) and goes to another completion: comp must not
+		// keep it, or a later write of comp would signal that one.
+		comp.written = nil
+		c.signals.put(written)
+	}()
 	if err := c.submit(context.Background(), comp); err != nil {
 		return completionResult{err: err}
 	}
