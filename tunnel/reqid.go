@@ -79,8 +79,10 @@ func ParseRequestID(s string) (RequestID, error) {
 	if err := ValidateBizCode(biz); err != nil {
 		return RequestID{}, fmt.Errorf("rpr: request id %q: %w", s, err)
 	}
+	// Digits only: ParseInt would also take a sign, and "+000000000000"
+	// names an id written with a 0 there, whose keys are other keys.
 	ms, err := strconv.ParseInt(msText, 10, 64)
-	if err != nil || len(msText) != 13 {
+	if err != nil || len(msText) != 13 || strings.Trim(msText, "0123456789") != "" {
 		return RequestID{}, fmt.Errorf("rpr: request id %q: time %q is not 13 digits of unix milliseconds", s, msText)
 	}
 	t := time.UnixMilli(ms).UTC()
