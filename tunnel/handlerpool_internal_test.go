@@ -9,7 +9,7 @@ import (
 )
 
 // TestHandlerPoolRetiresIdle: goroutines that finished their jobs are
-// retired at the pool's next idle tick, busy ones are not, a job after
+// retired within two idle ticks, busy ones are not, a job after
 // that starts a goroutine afresh, and close returns once every goroutine
 // has exited.
 func TestHandlerPoolRetiresIdle(t *testing.T) {
@@ -62,6 +62,50 @@ func TestHandlerPoolCloseEndsIdle(t *testing.T) {
 	if n := p.alive.Load(); n != 0 {
 		t.Fatalf("%d goroutines alive after close", n)
 	}
+}
+
+// TestHandlerPoolRetiresUnneededWhileBusy: jobs that come one at a time
+// go to the goroutine idle the shortest, so the pool's other goroutines
+// stay idle and are retired although the pool never goes idle. (Handed
+// round to every idle goroutine in turn, the jobs would keep all four
+// alive.)
+func TestHandlerPoolRetiresUnneededWhileBusy(t *testing.T) {
+	release := make(chan struct{})
+	var ran sync.WaitGroup
+	p := newHandlerPool(func(job handlerJob) {
+		defer ran.Done()
+		if job.decision.Verdict == "block" {
+			<-release
+		}
+	}, 20*time.Millisecond)
+	defer p.close()
+
+	ran.Add(4)
+	for range 4 {
+		p.run(handlerJob{decision: blockDecision})
+	}
+	close(release)
+	ran.Wait()
+	bound := time.Now().Add(30 * time.Second)
+	jobs := 0
+	for p.alive.Load() > 1 {
+		if time.Now().After(bound) {
+			t.Fatalf("%d goroutines alive after %d jobs one at a time over 30s, want 1", p.alive.Load(), jobs)
+		}
+		waitUntil(t, func() bool { return p.idleCount() == int(p.alive.Load()) }) // the last job's goroutine is back
+		ran.Add(1)
+		p.run(handlerJob{})
+		ran.Wait()
+		jobs++
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// idleCount is how many of p's goroutines wait for a job.
+func (p *handlerPool) idleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
 }
 
 // blockDecision marks the job whose handler blocks until released.
