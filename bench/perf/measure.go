@@ -43,6 +43,10 @@ type figures struct {
 	// (each round trip is at least one of each).
 	redisIO        int64
 	mallocs, bytes uint64 // allocations and bytes allocated, both processes
+	// serverBytes and serverGCs are the server child's bytes allocated
+	// and garbage collections: a small heap that allocates fast collects
+	// often, and each collection costs the server CPU.
+	serverBytes, serverGCs uint64
 }
 
 // measure makes warmup unmeasured calls, then calls measured ones, with
@@ -108,8 +112,10 @@ func measure(ctx context.Context, sys system, payload []byte, concurrency, calls
 		p50: latencies[calls/2], p99: latencies[min(calls*99/100, calls-1)],
 		parentCPU: cpuAfter - cpuBefore, childCPU: childAfter.CPU - childBefore.CPU,
 		redisTime: r.CPU, redisCmds: r.Commands, redisIO: r.Reads + r.Writes,
-		mallocs: memAfter.Mallocs - memBefore.Mallocs + childAfter.Mallocs - childBefore.Mallocs,
-		bytes:   memAfter.TotalAlloc - memBefore.TotalAlloc + childAfter.TotalAlloc - childBefore.TotalAlloc,
+		mallocs:     memAfter.Mallocs - memBefore.Mallocs + childAfter.Mallocs - childBefore.Mallocs,
+		bytes:       memAfter.TotalAlloc - memBefore.TotalAlloc + childAfter.TotalAlloc - childBefore.TotalAlloc,
+		serverBytes: childAfter.TotalAlloc - childBefore.TotalAlloc,
+		serverGCs:   childAfter.GCs - childBefore.GCs,
 	}, nil
 }
 
@@ -168,10 +174,11 @@ func (f figures) p50ms() float64       { return float64(f.p50) / 1e6 }
 
 // logLine prints one run's figures as the program goes.
 func (f figures) log(w io.Writer, what string) {
-	fmt.Fprintf(w, "  %-34s %8.0f calls/s  p50 %s p99 %s ms  Go CPU %s µs/call (callers %s + server %s)  Redis %s µs, %s cmds, %s reads+writes  %s allocs, %s B/call\n",
+	fmt.Fprintf(w, "  %-34s %8.0f calls/s  p50 %s p99 %s ms  Go CPU %s µs/call (callers %s + server %s)  Redis %s µs, %s cmds, %s reads+writes  %s allocs, %s B/call (server %s B, %d GCs)\n",
 		what, f.callsPerSec(), compare.Millis(f.p50), compare.Millis(f.p99),
 		compare.Num(f.goCPU()), compare.Num(f.µs(f.parentCPU)), compare.Num(f.µs(f.childCPU)),
-		compare.Num(f.redisCPU()), compare.Num(f.cmds()), compare.Num(f.io()), compare.Num(f.allocs()), compare.Num(f.bytesPerCall()))
+		compare.Num(f.redisCPU()), compare.Num(f.cmds()), compare.Num(f.io()), compare.Num(f.allocs()), compare.Num(f.bytesPerCall()),
+		compare.Num(float64(f.serverBytes)/float64(f.calls)), f.serverGCs)
 }
 
 // runs are the repeated runs of one configuration; each figure of the

@@ -44,7 +44,7 @@ const ChildServerConcurrency = 256
 // first in main (and in TestMain). A child prints "ready <addr>" once it
 // serves ("-" for rpr, which listens on nothing), answers each "stats"
 // line on its stdin with "stats <mallocs> <total alloc bytes> <cpu ns>
-// <commands sent>",
+// <commands sent> <GCs>",
 // and stops when its stdin ends or on SIGTERM.
 func RunChildIfAsked() (ran bool, code int) {
 	mode, ok := os.LookupEnv(ChildEnv)
@@ -124,7 +124,7 @@ func runChild(mode string) error {
 			case "stats":
 				var m runtime.MemStats
 				runtime.ReadMemStats(&m)
-				fmt.Printf("stats %d %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()), sent.Commands())
+				fmt.Printf("stats %d %d %d %d %d\n", m.Mallocs, m.TotalAlloc, int64(ProcessCPU()), sent.Commands(), m.NumGC)
 			case "profile":
 				fmt.Printf("profile %v\n", prof.start(arg))
 			case "unprofile":
@@ -157,6 +157,8 @@ type ChildStats struct {
 	// Sent counts the commands an rpr or plain child sent to Redis (a script run
 	// is one, whatever it runs inside), 0 for gRPC.
 	Sent uint64
+	// GCs counts the child's completed garbage collections.
+	GCs uint64
 }
 
 // Child is a server child this process started (StartChild).
@@ -283,16 +285,16 @@ func (c *Child) Stats(ctx context.Context) (ChildStats, error) {
 		return ChildStats{}, err
 	}
 	f := strings.Fields(line)
-	if len(f) != 5 || f[0] != "stats" {
-		return ChildStats{}, fmt.Errorf("child %d said %q, want \"stats <mallocs> <bytes> <cpu ns> <commands sent>\"", c.Pid(), line)
+	if len(f) != 6 || f[0] != "stats" {
+		return ChildStats{}, fmt.Errorf("child %d said %q, want \"stats <mallocs> <bytes> <cpu ns> <commands sent> <GCs>\"", c.Pid(), line)
 	}
-	var n [4]uint64
+	var n [5]uint64
 	for i := range n {
 		if n[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
 			return ChildStats{}, fmt.Errorf("child %d stats %q: %w", c.Pid(), line, err)
 		}
 	}
-	return ChildStats{Mallocs: n[0], TotalAlloc: n[1], CPU: time.Duration(n[2]), Sent: n[3]}, nil
+	return ChildStats{Mallocs: n[0], TotalAlloc: n[1], CPU: time.Duration(n[2]), Sent: n[3], GCs: n[4]}, nil
 }
 
 // Profile starts a CPU profile of the child into the file at path
