@@ -41,6 +41,10 @@ type deadlineContext struct {
 	afterAt [1]func() // after's room for the one child a handler context has
 
 	index int // in its deadlineTimer's heap; -1 when not in it
+	// hidden marks the parent of a handler's context (see
+	// deadlineTimer.startHidden): nothing but the context package reads
+	// its Done, so its channel outlives it unless it closed.
+	hidden bool
 }
 
 var _ context.Context = (*deadlineContext)(nil)
@@ -112,6 +116,30 @@ func (c *deadlineContext) end(err error) {
 	}
 }
 
+// retire ends a hidden c with context.Canceled without closing its Done
+// channel, and returns that channel for reuse: nil when c had ended
+// already (the channel is closed) or when something still waits for its
+// end (the channel is closed then, as end does). Its handler's context
+// has unregistered from c before the call is released.
+func (c *deadlineContext) retire() chan struct{} {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	for _, f := range c.after {
+		if f != nil {
+			c.mu.Unlock()
+			c.end(context.Canceled)
+			return nil
+		}
+	}
+	c.err = context.Canceled
+	c.after = nil
+	c.mu.Unlock()
+	return c.done
+}
+
 // deadlineTimer fires the deadlines of deadlineContexts from one runtime
 // timer, set for the earliest deadline it holds (or later: see fire).
 type deadlineTimer struct {
@@ -119,24 +147,51 @@ type deadlineTimer struct {
 	heap  deadlineHeap
 	timer *time.Timer
 	armed time.Time // when timer fires; zero when it is not set
+	// spare are Done channels of hidden contexts released before they
+	// ended, never closed, for the next ones (see startHidden).
+	spare []chan struct{}
 }
 
 // start makes c a child of parent (nil for none) done at deadline and,
 // unless that has passed, puts it in t's heap. The caller must release it
 // when the call ends, as it would call a CancelFunc.
 func (t *deadlineTimer) start(c *deadlineContext, parent context.Context, deadline time.Time) {
-	*c = deadlineContext{parent: parent, deadline: deadline, done: make(chan struct{}), index: -1}
+	t.begin(c, parent, deadline, false)
+}
+
+// startHidden starts c, done at deadline, as the parent of a handler's
+// context alone: a context that only the context package's
+// WithCancelCause sees, which reads its Done once, without waiting,
+// and hears of its end through AfterFunc. Such a context's Done channel,
+// when it has not closed, goes back to t on release for the next one:
+// making one for every request was 6% of a busy server's CPU, most of it
+// in the collector.
+func (t *deadlineTimer) startHidden(c *deadlineContext, deadline time.Time) {
+	t.begin(c, nil, deadline, true)
+}
+
+func (t *deadlineTimer) begin(c *deadlineContext, parent context.Context, deadline time.Time, hidden bool) {
+	*c = deadlineContext{parent: parent, deadline: deadline, index: -1, hidden: hidden}
 	c.after = c.afterAt[:0]
 	cancelable := parent != nil && parent.Done() != nil
+	t.mu.Lock()
+	if n := len(t.spare); hidden && n > 0 {
+		c.done = t.spare[n-1]
+		t.spare[n-1] = nil
+		t.spare = t.spare[:n-1]
+	} else {
+		c.done = make(chan struct{})
+	}
 	if cancelable && parent.Err() != nil {
+		t.mu.Unlock()
 		c.end(parent.Err())
 		return
 	}
 	if !time.Now().Before(deadline) {
+		t.mu.Unlock()
 		c.end(context.DeadlineExceeded)
 		return
 	}
-	t.mu.Lock()
 	t.heap.push(c)
 	// The timer moves only earlier: a deadline released before it
 	// passes leaves the timer where it was, and fire sets it again.
@@ -155,8 +210,26 @@ func (t *deadlineTimer) release(c *deadlineContext) {
 	if c.stopParent != nil {
 		c.stopParent()
 	}
-	t.endEarly(c, context.Canceled)
+	t.mu.Lock()
+	if c.index >= 0 {
+		t.heap.remove(c.index)
+	}
+	t.mu.Unlock()
+	if !c.hidden {
+		c.end(context.Canceled)
+		return
+	}
+	if done := c.retire(); done != nil {
+		t.mu.Lock()
+		if len(t.spare) < maxSpareDone {
+			t.spare = append(t.spare, done)
+		}
+		t.mu.Unlock()
+	}
 }
+
+// maxSpareDone bounds the Done channels a deadlineTimer keeps for reuse.
+const maxSpareDone = 4096
 
 // endEarly takes c out of t's heap and ends it with err, unless it has
 // ended already.

@@ -11,8 +11,45 @@ import (
 // handlerContext builds a context as handle does: a cancelCtx over a
 // deadlineContext started on t.
 func handlerContext(t *deadlineTimer, dc *deadlineContext, deadline time.Time) (context.Context, context.CancelCauseFunc) {
-	t.start(dc, nil, deadline)
+	t.startHidden(dc, deadline)
 	return context.WithCancelCause(dc)
+}
+
+// TestHiddenDeadlineContextReusesOnlyOpenChannels: a handler's parent
+// released before its deadline gives its Done channel, never closed, to
+// the next one; one that reached its deadline closed its channel, which
+// is not given again.
+func TestHiddenDeadlineContextReusesOnlyOpenChannels(t *testing.T) {
+	var timer deadlineTimer
+	var first, second, third deadlineContext
+	ctx, cancel := handlerContext(&timer, &first, time.Now().Add(time.Hour))
+	cancel(errors.New("call over"))
+	timer.release(&first)
+	if ctx.Err() == nil || first.Err() != context.Canceled {
+		t.Fatalf("after release: handler Err %v, parent Err %v; want both ended, the parent Canceled", ctx.Err(), first.Err())
+	}
+	select {
+	case <-first.done:
+		t.Fatal("a released hidden context closed its Done channel; want it kept open for reuse")
+	default:
+	}
+	ctx, cancel = handlerContext(&timer, &second, time.Now().Add(20*time.Millisecond))
+	defer cancel(nil)
+	if second.done != first.done {
+		t.Fatal("the next hidden context made a new Done channel; want the released one's")
+	}
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("handler Err at its deadline %v; want DeadlineExceeded", ctx.Err())
+	}
+	<-second.Done() // closed at the deadline
+	timer.release(&second)
+	_, cancel3 := handlerContext(&timer, &third, time.Now().Add(time.Hour))
+	defer cancel3(nil)
+	defer timer.release(&third)
+	if third.done == second.done {
+		t.Fatal("a closed Done channel was given to the next context")
+	}
 }
 
 func TestDeadlineContextEndsLikeWithDeadline(t *testing.T) {

@@ -76,7 +76,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) (handedOff 
 	req.handling.outcome = out
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
-	r.deadlines.start(&req.handling.deadline, nil, deadline)
+	r.deadlines.startHidden(&req.handling.deadline, deadline)
 	ctx, cancelCause := context.WithCancelCause(&req.handling.deadline)
 	out.cancel = cancelCause
 	ctx = withCaller(ctx, req.caller())
