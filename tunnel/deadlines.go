@@ -163,9 +163,9 @@ func (t *deadlineTimer) start(c *deadlineContext, parent context.Context, deadli
 // context alone: a context that only the context package's
 // WithCancelCause sees, which reads its Done once, without waiting,
 // and hears of its end through AfterFunc. Such a context's Done channel,
-// when it has not closed, goes back to t on release for the next one:
-// making one for every request was 6% of a busy server's CPU, most of it
-// in the collector.
+// when it has not closed, goes back to t on release for the next one: a
+// channel per request was 112 of the 1,850 bytes a busy server allocated
+// per call, and bytes allocated are what sets how often it collects.
 func (t *deadlineTimer) startHidden(c *deadlineContext, deadline time.Time) {
 	t.begin(c, nil, deadline, true)
 }
@@ -174,6 +174,16 @@ func (t *deadlineTimer) begin(c *deadlineContext, parent context.Context, deadli
 	*c = deadlineContext{parent: parent, deadline: deadline, index: -1, hidden: hidden}
 	c.after = c.afterAt[:0]
 	cancelable := parent != nil && parent.Done() != nil
+	if cancelable && parent.Err() != nil {
+		c.done = make(chan struct{})
+		c.end(parent.Err())
+		return
+	}
+	if !time.Now().Before(deadline) {
+		c.done = make(chan struct{})
+		c.end(context.DeadlineExceeded)
+		return
+	}
 	t.mu.Lock()
 	if n := len(t.spare); hidden && n > 0 {
 		c.done = t.spare[n-1]
@@ -181,16 +191,6 @@ func (t *deadlineTimer) begin(c *deadlineContext, parent context.Context, deadli
 		t.spare = t.spare[:n-1]
 	} else {
 		c.done = make(chan struct{})
-	}
-	if cancelable && parent.Err() != nil {
-		t.mu.Unlock()
-		c.end(parent.Err())
-		return
-	}
-	if !time.Now().Before(deadline) {
-		t.mu.Unlock()
-		c.end(context.DeadlineExceeded)
-		return
 	}
 	t.heap.push(c)
 	// The timer moves only earlier: a deadline released before it
