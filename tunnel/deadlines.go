@@ -205,27 +205,27 @@ func (t *deadlineTimer) begin(c *deadlineContext, parent context.Context, deadli
 }
 
 // release ends c with context.Canceled, as a CancelFunc would, unless it
-// has ended already: its call is over.
+// has ended already: its call is over. A hidden c's open channel goes to
+// t.spare in the same hold of t's lock that takes c out of the heap.
 func (t *deadlineTimer) release(c *deadlineContext) {
 	if c.stopParent != nil {
 		c.stopParent()
 	}
+	if !c.hidden {
+		t.endEarly(c, context.Canceled)
+		return
+	}
+	// Retired first: should the timer take c meanwhile, c has ended and
+	// the timer's end leaves the channel open.
+	done := c.retire()
 	t.mu.Lock()
 	if c.index >= 0 {
 		t.heap.remove(c.index)
 	}
+	if done != nil && len(t.spare) < maxSpareDone {
+		t.spare = append(t.spare, done)
+	}
 	t.mu.Unlock()
-	if !c.hidden {
-		c.end(context.Canceled)
-		return
-	}
-	if done := c.retire(); done != nil {
-		t.mu.Lock()
-		if len(t.spare) < maxSpareDone {
-			t.spare = append(t.spare, done)
-		}
-		t.mu.Unlock()
-	}
 }
 
 // maxSpareDone bounds the Done channels a deadlineTimer keeps for reuse.
