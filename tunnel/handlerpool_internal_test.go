@@ -13,14 +13,7 @@ import (
 // that starts a goroutine afresh, and close returns once every goroutine
 // has exited.
 func TestHandlerPoolRetiresIdle(t *testing.T) {
-	release := make(chan struct{})
-	var ran sync.WaitGroup
-	p := newHandlerPool(func(job handlerJob) {
-		defer ran.Done()
-		if job.decision.Verdict == "block" {
-			<-release
-		}
-	}, 20*time.Millisecond)
+	p, ran, release := blockingPool()
 	defer p.close()
 
 	ran.Add(5)
@@ -70,14 +63,7 @@ func TestHandlerPoolCloseEndsIdle(t *testing.T) {
 // round to every idle goroutine in turn, the jobs would keep all four
 // alive.)
 func TestHandlerPoolRetiresUnneededWhileBusy(t *testing.T) {
-	release := make(chan struct{})
-	var ran sync.WaitGroup
-	p := newHandlerPool(func(job handlerJob) {
-		defer ran.Done()
-		if job.decision.Verdict == "block" {
-			<-release
-		}
-	}, 20*time.Millisecond)
+	p, ran, release := blockingPool()
 	defer p.close()
 
 	ran.Add(4)
@@ -106,6 +92,20 @@ func (p *handlerPool) idleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle)
+}
+
+// blockingPool returns a pool retiring goroutines idle for 20ms whose
+// handler counts each job done on ran and, for a job with blockDecision,
+// first waits until release is closed.
+func blockingPool() (p *handlerPool, ran *sync.WaitGroup, release chan struct{}) {
+	ran, release = new(sync.WaitGroup), make(chan struct{})
+	p = newHandlerPool(func(job handlerJob) {
+		defer ran.Done()
+		if job.decision.Verdict == "block" {
+			<-release
+		}
+	}, 20*time.Millisecond)
+	return p, ran, release
 }
 
 // blockDecision marks the job whose handler blocks until released.
