@@ -67,6 +67,9 @@ type completer struct {
 	// written is told of each completion nobody waits for once its
 	// result is set, on the flushing goroutine; it must not block.
 	written func(*completion)
+	// answers are the answer calls of earlier flushes, for the next to
+	// reuse (one flush runs at a time: see newCompleter).
+	answers []*store.Answer
 }
 
 // newCompleter returns the completer of s's requests; written is told of
@@ -106,6 +109,7 @@ type completionGroup struct {
 	call   *store.Call
 	add    func(*completion)
 	result func() ([]int64, error)
+	answer *store.Answer // the call of an answerFast group, reused
 }
 
 // newCompletionGroup starts the group of comp's queue and kind, for up to
@@ -115,8 +119,13 @@ func (c *completer) newCompletionGroup(comp *completion, size int) *completionGr
 	q := comp.queue
 	switch g.kind {
 	case answerFast:
-		a := store.NewAnswer(q.requests, c.retention, size)
-		g.call, g.result = &a.Call, a.Result
+		a := new(store.Answer)
+		if n := len(c.answers); n > 0 {
+			a = c.answers[n-1]
+			c.answers = c.answers[:n-1]
+		}
+		a.Start(q.requests, c.retention, size)
+		g.call, g.result, g.answer = &a.Call, a.Result, a
 		g.add = func(comp *completion) { a.Add(comp.Target, comp.EntryID, comp.Response, comp.RecordKey, comp.Record) }
 	case doneFast:
 		d := store.NewDone(q.requests, c.workerID, comp.TTL, size)
@@ -164,6 +173,9 @@ func (c *completer) flush(batch []*completion) {
 			} else {
 				comp.written <- struct{}{}
 			}
+		}
+		if g.answer != nil {
+			c.answers = append(c.answers, g.answer)
 		}
 	}
 }

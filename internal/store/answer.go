@@ -79,18 +79,46 @@ type Answer struct {
 // finished record for that long (answerKeepScript); otherwise nothing but
 // the answer is written.
 func NewAnswer(stream string, retention time.Duration, size int) *Answer {
-	if retention > 0 {
-		a := &Answer{Call: Call{script: answerKeepScript}, keep: true}
-		a.keys = append(make([]string, 0, 1+2*size), stream)
-		a.args = append(make([]any, 0, 2+3*size), WorkersGroup, max(retention.Milliseconds(), 1))
-		a.refs = make([]BytesArg, 0, 5*size) // three arguments and two keys each (see Call.Queue)
-		return a
-	}
-	a := &Answer{Call: Call{script: answerScript}}
-	a.keys = append(make([]string, 0, 1+size), stream)
-	a.args = append(make([]any, 0, 1+2*size), WorkersGroup)
-	a.refs = make([]BytesArg, 0, 3*size) // two arguments and a key each (see Call.Queue)
+	a := new(Answer)
+	a.Start(stream, retention, size)
 	return a
+}
+
+// Start makes a a new Answer, as NewAnswer would, in the memory of its
+// earlier batch: a server writes one batch of answers after another, and
+// their arguments were a tenth of what it allocated per call. a's earlier
+// batch must have run.
+func (a *Answer) Start(stream string, retention time.Duration, size int) {
+	// Per request: its reply stream (and record key) as keys, its entry id
+	// and response (and record) as arguments, and a reference for each
+	// but the first key (see Call.Queue).
+	keys, args, script := 1, 2, answerScript
+	var head []any // the arguments before the requests'
+	if retention > 0 {
+		keys, args, script = 2, 3, answerKeepScript
+		head = []any{WorkersGroup, max(retention.Milliseconds(), 1)}
+	} else {
+		head = []any{WorkersGroup}
+	}
+	clear(a.refs[:cap(a.refs)]) // let go of the earlier batch's responses
+	*a = Answer{
+		Call: Call{script: script,
+			keys: append(reuse(a.keys, 1+keys*size), stream),
+			args: append(reuse(a.args, len(head)+args*size), head...),
+			refs: reuse(a.refs, (keys+args)*size),
+			argv: a.argv,
+		},
+		keep: retention > 0,
+	}
+}
+
+// reuse returns s emptied, with room for n elements: its own array when
+// that is big enough.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
 }
 
 // Add adds the answer resp to the request in entry, for the caller whose

@@ -179,6 +179,9 @@ type Call struct {
 	// of them by the call's constructor, so that it never grows (an
 	// append that moves it leaves the earlier references in a copy).
 	refs []BytesArg
+	// argv is the command Queue built last, whose array the next Queue
+	// of a reused call (Answer.Start) builds in.
+	argv []any
 	cmd  *redis.Cmd
 	// flagged: Queue and Recover send the script's flagged form (Use).
 	flagged bool
@@ -263,8 +266,7 @@ type Runner interface {
 // string, which is what a Cluster client routes by (the keys of one call
 // share a hash tag); the others are references into the call (BytesArg).
 func (c *Call) Queue(ctx context.Context, p Commander) redis.Cmder {
-	argv := make([]any, 0, 3+len(c.keys)+len(c.args))
-	argv = append(argv, "evalsha", c.form().Hash(), len(c.keys))
+	argv := append(reuse(c.argv, 3+len(c.keys)+len(c.args)), "evalsha", c.form().Hash(), len(c.keys))
 	for i, key := range c.keys {
 		if i == 0 {
 			argv = append(argv, key)
@@ -272,7 +274,8 @@ func (c *Call) Queue(ctx context.Context, p Commander) redis.Cmder {
 			argv = append(argv, c.refString(key))
 		}
 	}
-	c.cmd = redis.NewCmd(ctx, append(argv, c.args...)...)
+	c.argv = append(argv, c.args...)
+	c.cmd = redis.NewCmd(ctx, c.argv...)
 	c.process(ctx, p)
 	return c.cmd
 }
