@@ -91,3 +91,19 @@ func FuzzParseRequestID(f *testing.F) {
 		}
 	})
 }
+
+// appendDate writes what AppendFormat with idDateLayout writes, for every
+// day of centuries and for the years the layout writes otherwise.
+func TestAppendDateMatchesLayout(t *testing.T) {
+	check := func(d time.Time) {
+		if got, want := string(appendDate(nil, d)), d.Format(idDateLayout); got != want {
+			t.Fatalf("appendDate(%v) = %q; want %q", d, got, want)
+		}
+	}
+	for d := time.Date(1900, 1, 1, 23, 59, 0, 0, time.UTC); d.Year() < 2300; d = d.Add(23 * time.Hour) {
+		check(d)
+	}
+	for _, y := range []int{-1, 0, 9, 999, 9999, 10000, 123456} {
+		check(time.Date(y, 12, 31, 0, 0, 0, 0, time.UTC))
+	}
+}
