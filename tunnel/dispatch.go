@@ -45,6 +45,7 @@ type serveRun struct {
 	completions  *batcher     // dead letters and answers to undecodable requests
 	completer    *completer
 	outcomes     objectPool[outcomeSpace] // one per request being handled
+	requests     objectPool[received]     // reused once handled (see endHandling)
 	frames       *batcher                 // streams' frames, one flush at a time
 	running      runningSet
 	deadlines    deadlineTimer // handlers' deadlines
@@ -64,7 +65,11 @@ type serveRun struct {
 // delivery is its claim.
 func runOnDelivery() store.Decision { return store.Decision{Verdict: store.VerdictRun} }
 
-// received is a decoded request entry a worker holds.
+// received is a decoded request entry a worker holds. One that was
+// handled goes back to serveRun.requests when it ends (endHandling), so
+// nothing may keep it past that: what the handler can reach is apart, in
+// its handlerScope, and what the running set hands out is read under its
+// lock (runningSet).
 type received struct {
 	entryID string
 	// raw is the entry's envelope as read (env's payload shares its

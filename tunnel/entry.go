@@ -42,7 +42,7 @@ func (r *serveRun) decode(q *queue, msg xread.Entry) *received {
 		r.refuseUnread(q, msg.ID, raw, ResourceExhausted, fmt.Sprintf("envelope is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes for the payload, tunnel.MaxMetadataBytes for metadata)", len(raw), limit))
 		return nil
 	}
-	req := new(received) // the envelope is decoded into it: one allocation
+	req := r.requests.get() // the envelope is decoded into it: no allocation of its own
 	env := &req.request
 	decode := wire.DecodeRequestStringInto
 	if msg.Lent != nil {

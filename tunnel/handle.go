@@ -16,16 +16,30 @@ import (
 // (a panic becomes INTERNAL), the response and the completion that
 // retires the request.
 
-// handling holds what handle makes for one request, inside the request's
-// own allocation rather than one allocation each: its entry in the
-// running set and what its handler may keep after it returns (its
-// context and the context's info).
+// handling holds what handle makes for one request: its entry in the
+// running set, inside the request's own allocation, and what its handler
+// may keep after it returns, apart (see handlerScope).
 type handling struct {
-	running  runningRequest
+	running runningRequest
+	scope   *handlerScope
+	outcome *outcomeSpace
+}
+
+// handlerScope is what a handler can reach and may keep after it
+// returns: its context (the deadline parent, the context carrying the
+// handler's info) and what its decode function reads. It is allocated
+// per request and left to the collector, so that the rest of the
+// request (received), which no handler can reach, is reused once the
+// request ends (serveRun.requests): the request was the biggest
+// allocation a busy server made per call.
+type handlerScope struct {
 	deadline deadlineContext // the parent of the handler's context
 	info     handlerInfo
 	ctx      infoContext // the handler's context, carrying info
-	outcome  *outcomeSpace
+	// method and payload are the request's, for the handler's decode;
+	// payload is emptied when its buffer goes back (see giveBack).
+	method  string
+	payload []byte
 }
 
 // outcomeSpace is what handle writes a request's outcome into: its
@@ -74,10 +88,12 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) (handedOff 
 	}
 	out := r.outcomes.get()
 	req.handling.outcome = out
+	scope := &handlerScope{method: req.env.Method, payload: req.env.Payload}
+	req.handling.scope = scope
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
-	r.deadlines.startHidden(&req.handling.deadline, deadline)
-	ctx, cancelCause := context.WithCancelCause(&req.handling.deadline)
+	r.deadlines.startHidden(&scope.deadline, deadline)
+	ctx, cancelCause := context.WithCancelCause(&scope.deadline)
 	out.cancel = cancelCause
 	ctx = withCaller(ctx, req.caller())
 	req.handling.running = runningRequest{queue: q, received: req, cancel: cancelCause}
@@ -136,8 +152,9 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) (handedOff 
 
 // endHandling ends req once its outcome is written (or cannot be): its
 // metrics and span end, it stops counting as running, its handler's
-// context is cancelled and what it held goes back to its pools. The
-// request's slot is its caller's to give back.
+// context is cancelled and what it held, req included, goes back to its
+// pools. The request's slot is its caller's to give back; req must not
+// be used after.
 func (r *serveRun) endHandling(req *received) {
 	out := req.handling.outcome
 	if out.raw != nil {
@@ -148,10 +165,10 @@ func (r *serveRun) endHandling(req *received) {
 	endSpan(out.span, err)
 	r.running.remove(req.env.ID)
 	out.cancel(nil)
-	r.deadlines.release(&req.handling.deadline)
+	r.deadlines.release(&req.handling.scope.deadline)
 	r.outcomes.put(out)
-	req.handling.outcome = nil
-	r.giveBack(req) // last: the calls above may read the request
+	r.giveBack(req)
+	r.requests.put(req) // last: the calls above read the request
 }
 
 // giveBack returns the buffers req's envelope was read into to
@@ -167,6 +184,9 @@ func (r *serveRun) giveBack(req *received) {
 	}
 	r.server.buffers.PutAll(req.lent)
 	req.lent, req.raw, req.env.Payload = nil, "", nil
+	if scope := req.handling.scope; scope != nil {
+		scope.payload = nil
+	}
 }
 
 // call runs the handler for req and builds the response envelope. It also
@@ -198,16 +218,17 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 		return fail(Errorf(ResourceExhausted, "%s [%s]: request is %d bytes, over the server's %d-byte limit (ServerOptions.MaxRequestBytes)", env.Method, env.ID, len(env.Payload), s.opts.MaxRequestBytes))
 	}
 
-	info := &req.handling.info
+	scope := req.handling.scope
+	info := &scope.info
 	*info = handlerInfo{header: req.handlerHeader(), id: env.ID, attempt: env.Attempt}
 	if env.Kind == wire.KindAsync {
 		info.idempotencyKey = env.Key
 	}
-	req.handling.ctx = infoContext{Context: ctx, info: info}
-	ctx = &req.handling.ctx
+	scope.ctx = infoContext{Context: ctx, info: info}
+	ctx = &scope.ctx
 	md := &info.response
 
-	reply, err := r.runHandler(ctx, q, req.method, env, log)
+	reply, err := r.runHandler(ctx, q, req.method, scope, log)
 	resp := &req.handling.outcome.response
 	*resp = wire.Response{Version: wire.Version, ID: env.ID, Header: md.header, Trailer: md.trailer}
 	if err == nil && req.method.Async {
@@ -236,23 +257,27 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 }
 
 // runHandler calls the user's handler, turning a panic into INTERNAL.
-func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, env *wire.Request, log *requestLogger) (reply proto.Message, err error) {
+// The handler's decode function reads only scope, which the handler may
+// keep, never the request, which is reused once it ends.
+func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, scope *handlerScope, log *requestLogger) (reply proto.Message, err error) {
+	name, id := scope.method, scope.info.id
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
-			reply, err = nil, Errorf(Internal, "%s [%s]: handler panicked: %v", env.Method, env.ID, p)
+			reply, err = nil, Errorf(Internal, "%s [%s]: handler panicked: %v", name, id, p)
 		}
 	}()
+	base := r.server.log
 	decode := func(m proto.Message) error {
-		if err := proto.Unmarshal(env.Payload, m); err != nil {
-			log.Warn("rpr: request payload does not decode", "error", err)
-			return Errorf(InvalidArgument, "%s [%s]: request payload is not a valid %s: %v", env.Method, env.ID, m.ProtoReflect().Descriptor().FullName(), err)
+		if err := proto.Unmarshal(scope.payload, m); err != nil {
+			base.Warn("rpr: request payload does not decode", "request_id", scope.info.id, "method", scope.method, "error", err)
+			return Errorf(InvalidArgument, "%s [%s]: request payload is not a valid %s: %v", scope.method, scope.info.id, m.ProtoReflect().Descriptor().FullName(), err)
 		}
 		return nil
 	}
 	reply, err = method.Handler(q.impl, ctx, decode, r.server.interceptor)
 	if err == nil && !method.Async && (reply == nil || !reply.ProtoReflect().IsValid()) {
-		err = Errorf(Internal, "%s [%s]: handler returned neither a reply nor an error", env.Method, env.ID)
+		err = Errorf(Internal, "%s [%s]: handler returned neither a reply nor an error", name, id)
 	}
 	return reply, err
 }

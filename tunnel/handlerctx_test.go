@@ -3,7 +3,9 @@ package tunnel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,5 +65,78 @@ func TestHandlerContextThroughChildren(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler never saw its context end")
+	}
+}
+
+// A handler may keep its context after it returns (a goroutine it
+// started, a log line written later): the context still reports that
+// request's id, header, attempt and deadline, and its end, however many
+// requests the server has handled since. The server reuses what a request
+// held once it ends, so this is what keeps a kept context from reading
+// another request's values.
+func TestHandlerContextOutlivesItsRequest(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	quiet := slog.New(slog.DiscardHandler)
+	type kept struct {
+		ctx      context.Context
+		value    string
+		deadline time.Time
+	}
+	var mu sync.Mutex
+	var contexts []kept
+	startServer(t, rdb, tunnel.ServerOptions{Logger: quiet, Concurrency: 8}, func(s *tunnel.Server) {
+		s.RegisterService(&echoDesc, map[string]echoHandler{"Echo": func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			deadline, _ := ctx.Deadline()
+			mu.Lock()
+			contexts = append(contexts, kept{ctx: ctx, value: in.GetValue(), deadline: deadline})
+			mu.Unlock()
+			return wrapperspb.String(tunnel.RequestIDFromContext(ctx)), nil
+		}})
+	})
+	client, err := tunnel.NewClient(rdb, tunnel.ClientOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	waitAnswered(t, client, method("Echo"))
+	const calls = 300
+	ids := make(map[string]string, calls) // value sent -> request id answered
+	var idsMu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < calls; i += 8 {
+				value := fmt.Sprintf("call-%d", i)
+				out := new(wrapperspb.StringValue)
+				if err := client.Invoke(context.Background(), method("Echo"), wrapperspb.String(value), out, tunnel.WithHeader("x-value", value)); err != nil {
+					t.Error(err)
+					return
+				}
+				idsMu.Lock()
+				ids[value] = out.GetValue()
+				idsMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	checked := 0
+	for _, k := range contexts {
+		id, ok := ids[k.value]
+		if !ok {
+			continue // waitAnswered's
+		}
+		checked++
+		deadline, _ := k.ctx.Deadline()
+		header := tunnel.HeaderFromContext(k.ctx)
+		if got := tunnel.RequestIDFromContext(k.ctx); got != id || header.Get("x-value") != k.value || !deadline.Equal(k.deadline) ||
+			tunnel.AttemptFromContext(k.ctx) != 1 || !errors.Is(k.ctx.Err(), context.Canceled) {
+			t.Errorf("kept context of %s: id %q (want %q), header x-value %q, deadline %v (was %v), attempt %d, Err %v; want its own values and Canceled",
+				k.value, got, id, header.Get("x-value"), deadline, k.deadline, tunnel.AttemptFromContext(k.ctx), k.ctx.Err())
+		}
+	}
+	if checked != calls {
+		t.Fatalf("checked %d kept contexts; want %d", checked, calls)
 	}
 }

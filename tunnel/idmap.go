@@ -48,6 +48,17 @@ func (m *idMap[V]) get(id string) (V, bool) {
 	return v, ok
 }
 
+// with calls fn with id's value, if it has one, under its shard's lock:
+// fn must not use m.
+func (m *idMap[V]) with(id string, fn func(v V)) {
+	s := m.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.m[id]; ok {
+		fn(v)
+	}
+}
+
 // take returns id's value and removes it.
 func (m *idMap[V]) take(id string) (V, bool) {
 	s := m.shard(id)

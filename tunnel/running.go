@@ -19,7 +19,9 @@ type runningRequest struct {
 }
 
 // runningSet tracks a worker's claimed requests by request id, for lease
-// extension and cancellation.
+// extension and cancellation. A request is reused once it ends (see
+// received), so what the set hands out of one is read under its lock:
+// a request read after its lock was let go could be another by then.
 type runningSet struct {
 	m idMap[*runningRequest]
 }
@@ -43,23 +45,32 @@ func (rs *runningSet) cancel(id string, cause error) bool {
 
 // cancelIf cancels the handler of request id, if it runs here and allowed
 // (nil: always) says its caller may.
-func (rs *runningSet) cancelIf(id string, cause error, allowed func(caller string, key *wire.CallerKey) bool) bool {
-	req, _ := rs.m.get(id)
-	if req == nil || (allowed != nil && !allowed(req.caller(), req.key)) {
-		return false
-	}
-	req.cancel(cause)
-	return true
+func (rs *runningSet) cancelIf(id string, cause error, allowed func(caller string, key *wire.CallerKey) bool) (cancelled bool) {
+	rs.m.with(id, func(req *runningRequest) {
+		if allowed == nil || allowed(req.caller(), req.key) {
+			req.cancel(cause)
+			cancelled = true
+		}
+	})
+	return cancelled
 }
 
-// byQueue returns the running requests grouped by the queue they came from.
-func (rs *runningSet) byQueue() map[*queue]map[string]*runningRequest {
-	out := map[*queue]map[string]*runningRequest{}
+// lease is what extending a running request's lease needs of it.
+type lease struct {
+	id, entryID string
+	state       string // "" on the fast path: no claim in a state hash
+}
+
+// leases returns the leases of the running requests, grouped by the
+// queue they came from.
+func (rs *runningSet) leases() map[*queue][]lease {
+	out := map[*queue][]lease{}
 	rs.m.each(func(id string, req *runningRequest) {
-		if out[req.queue] == nil {
-			out[req.queue] = map[string]*runningRequest{}
+		l := lease{id: id, entryID: req.entryID, state: req.state}
+		if req.fast {
+			l.state = "" // no claim in it: the pending list says whose it is
 		}
-		out[req.queue][id] = req
+		out[req.queue] = append(out[req.queue], l)
 	})
 	return out
 }
@@ -138,17 +149,13 @@ func (r *serveRun) extendLeases(stop <-chan struct{}) {
 // queue, and cancels the handlers of requests this worker lost.
 func (r *serveRun) extendOnce(ctx context.Context) {
 	s := r.server
-	for q, reqs := range r.running.byQueue() {
+	for q, reqs := range r.running.leases() {
 		call := store.NewExtend(q.requests, s.opts.WorkerID, s.opts.Lease)
 		call.Use(s.dialect)
 		idOfEntry := make(map[string]string, len(reqs))
-		for id, req := range reqs {
-			state := req.state
-			if req.fast {
-				state = "" // no claim in it: the pending list says whose it is
-			}
-			call.Add(req.entryID, state)
-			idOfEntry[req.entryID] = id
+		for _, l := range reqs {
+			call.Add(l.entryID, l.state)
+			idOfEntry[l.entryID] = l.id
 		}
 		store.Run(ctx, s.rdb, &call.Call)
 		lost, err := call.Result()
