@@ -47,8 +47,7 @@ func EncodeRequest(env *Request) ([]byte, error) {
 // envelope is written into dst's memory and nothing is allocated.
 func AppendRequest(dst []byte, env *Request) ([]byte, error) {
 	w := newAppendingWriter(dst)
-	defer w.release()
-	writeRequest(w, env)
+	writeRequest(&w, env)
 	return w.appended()
 }
 
@@ -146,8 +145,7 @@ func EncodeResponse(env *Response) ([]byte, error) {
 // envelope is written into dst's memory and nothing is allocated.
 func AppendResponse(dst []byte, env *Response) ([]byte, error) {
 	w := newAppendingWriter(dst)
-	defer w.release()
-	writeResponse(w, env)
+	writeResponse(&w, env)
 	return w.appended()
 }
 
