@@ -119,10 +119,12 @@ func (c *completer) newCompletionGroup(comp *completion, size int) *completionGr
 	q := comp.queue
 	switch g.kind {
 	case answerFast:
-		a := new(store.Answer)
+		var a *store.Answer
 		if n := len(c.answers); n > 0 {
 			a = c.answers[n-1]
 			c.answers = c.answers[:n-1]
+		} else {
+			a = new(store.Answer)
 		}
 		a.Start(q.requests, c.retention, size)
 		g.call, g.result, g.answer = &a.Call, a.Result, a
