@@ -48,7 +48,7 @@ func EncodeRequest(env *Request) ([]byte, error) {
 func AppendRequest(dst []byte, env *Request) ([]byte, error) {
 	w := newAppendingWriter(dst)
 	writeRequest(&w, env)
-	return w.appended()
+	return w.result()
 }
 
 // RequestCap is a capacity for env's encoding: its variable-length fields
@@ -146,7 +146,7 @@ func EncodeResponse(env *Response) ([]byte, error) {
 func AppendResponse(dst []byte, env *Response) ([]byte, error) {
 	w := newAppendingWriter(dst)
 	writeResponse(&w, env)
-	return w.appended()
+	return w.result()
 }
 
 // ResponseCap is a capacity for env's encoding: its variable-length

@@ -64,14 +64,11 @@ type envelopeWriter struct {
 // envelopeWriters holds writers whose buffers are reused.
 var envelopeWriters = sync.Pool{New: func() any { return new(envelopeWriter) }}
 
-// newAppendingWriter returns a writer that appends to dst; appended
-// returns the result.
+// newAppendingWriter returns a writer that appends to dst; result
+// returns dst with what was written.
 func newAppendingWriter(dst []byte) envelopeWriter {
 	return envelopeWriter{buf: dst, owned: true}
 }
-
-// appended returns dst with the envelope appended.
-func (w *envelopeWriter) appended() ([]byte, error) { return w.buf, nil }
 
 // envelopeFields bounds what an envelope's fields other than its bulk
 // (payload, sealed part, message, metadata) take: keys, ids, method,
