@@ -176,17 +176,16 @@ func (r *serveRun) endHandling(req *received) {
 // reader (the handler's decode copies the payload, the outcome's scripts
 // copy the envelope), and what a handler may keep (its context, its
 // metadata) holds only copies. A stream, or a request held back, keeps
-// its buffers for the collector. req's envelope is emptied, so that a
-// late reader finds nothing rather than another request's bytes.
+// its buffers for the collector. req's envelope and what its handler's
+// decode reads are emptied, so that a late reader finds nothing rather
+// than another request's bytes.
 func (r *serveRun) giveBack(req *received) {
 	if req.lent == nil {
 		return
 	}
 	r.server.buffers.PutAll(req.lent)
 	req.lent, req.raw, req.env.Payload = nil, "", nil
-	if scope := req.handling.scope; scope != nil {
-		scope.payload = nil
-	}
+	req.handling.scope.payload = nil
 }
 
 // call runs the handler for req and builds the response envelope. It also
@@ -260,11 +259,10 @@ func (r *serveRun) call(ctx context.Context, q *queue, req *received, log *reque
 // The handler's decode function reads only scope, which the handler may
 // keep, never the request, which is reused once it ends.
 func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc, scope *handlerScope, log *requestLogger) (reply proto.Message, err error) {
-	name, id := scope.method, scope.info.id
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("rpr: handler panicked", "panic", p, "stack", string(debug.Stack()))
-			reply, err = nil, Errorf(Internal, "%s [%s]: handler panicked: %v", name, id, p)
+			reply, err = nil, Errorf(Internal, "%s [%s]: handler panicked: %v", scope.method, scope.info.id, p)
 		}
 	}()
 	base := r.server.log
@@ -277,7 +275,7 @@ func (r *serveRun) runHandler(ctx context.Context, q *queue, method *MethodDesc,
 	}
 	reply, err = method.Handler(q.impl, ctx, decode, r.server.interceptor)
 	if err == nil && !method.Async && (reply == nil || !reply.ProtoReflect().IsValid()) {
-		err = Errorf(Internal, "%s [%s]: handler returned neither a reply nor an error", name, id)
+		err = Errorf(Internal, "%s [%s]: handler returned neither a reply nor an error", scope.method, scope.info.id)
 	}
 	return reply, err
 }
