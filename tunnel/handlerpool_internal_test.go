@@ -101,7 +101,7 @@ func blockingPool() (p *handlerPool, ran *sync.WaitGroup, release chan struct{})
 	ran, release = new(sync.WaitGroup), make(chan struct{})
 	p = newHandlerPool(func(job handlerJob) {
 		defer ran.Done()
-		if job.decision.Verdict == "block" {
+		if job.decision.Verdict == blockDecision.Verdict {
 			<-release
 		}
 	}, 20*time.Millisecond)
