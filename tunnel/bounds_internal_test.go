@@ -38,10 +38,10 @@ func TestCallerNumbersAreBounded(t *testing.T) {
 // wrapped-around negative time that would expire it at once.
 func TestStateTTLNeverOverflows(t *testing.T) {
 	far := time.Unix(1<<62, 0)
-	if got, want := stateTTL(far), store.MaxStateTTL+stateMargin; got != want {
+	if got, want := stateTTL(far, time.Now()), store.MaxStateTTL+stateMargin; got != want {
 		t.Errorf("stateTTL(%v) = %v, want %v", far, got, want)
 	}
-	if got := stateTTL(time.Now().Add(time.Minute)); got <= stateMargin || got > time.Minute+stateMargin {
+	if got := stateTTL(time.Now().Add(time.Minute), time.Now()); got <= stateMargin || got > time.Minute+stateMargin {
 		t.Errorf("stateTTL(in a minute) = %v, want a minute plus the margin", got)
 	}
 }

@@ -11,14 +11,15 @@ import (
 // What a call settles before it is sent: its deadline, whether any
 // server could answer it, and the lane and shard it goes to.
 
-// deadline picks a call's deadline. The timeout is the call option's, else
+// deadline picks the deadline of a call that began at now. The timeout is
+// the call option's, else
 // the method's default, else the client's default; a deadline already on
 // the context wins when it is earlier, and replaces the defaults (but not
 // an explicit WithTimeout) when it is later.
-func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout time.Duration) time.Time {
+func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout time.Duration, now time.Time) time.Time {
 	ctxDeadline, hasDeadline := ctx.Deadline()
 	if callTimeout > 0 {
-		d := time.Now().Add(callTimeout)
+		d := now.Add(callTimeout)
 		if hasDeadline && ctxDeadline.Before(d) {
 			return ctxDeadline
 		}
@@ -31,7 +32,7 @@ func (c *Client) deadline(ctx context.Context, method *MethodDesc, callTimeout t
 	if timeout <= 0 {
 		timeout = c.opts.DefaultTimeout
 	}
-	return time.Now().Add(timeout)
+	return now.Add(timeout)
 }
 
 // ctxEndsBy reports whether ctx's own deadline is deadline or earlier:

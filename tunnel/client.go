@@ -214,6 +214,7 @@ type callStart struct {
 	cfg     callConfig
 	full    string // "service/method"
 	rid     string
+	began   time.Time // when the call began: its id's time, its deadline's start
 	span    trace.Span
 	measure callMeasure
 }
@@ -239,7 +240,8 @@ func (c *Client) startCallIn(ctx context.Context, s *callStart, method *MethodDe
 	for _, o := range opts {
 		o.apply(&s.cfg)
 	}
-	s.rid = newRequestID(c.bizCode(method), time.Now())
+	s.began = time.Now()
+	s.rid = newRequestID(c.bizCode(method), s.began)
 	if s.cfg.requestID != nil {
 		*s.cfg.requestID = s.rid
 	}

@@ -157,11 +157,15 @@ func (c *Client) service(ctx context.Context, name string, configuredShards int)
 	c.mu.Unlock()
 
 	select {
-	case <-s.ready:
-	case <-ctx.Done():
-		e := notExecutedf(contextCode(ctx), "%s: %v while connecting to the service's streams; nothing was sent", name, ctx.Err())
-		e.cause = errNeverSent
-		return nil, e
+	case <-s.ready: // set up: ctx's Done channel, which some contexts make on demand, is not needed
+	default:
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			e := notExecutedf(contextCode(ctx), "%s: %v while connecting to the service's streams; nothing was sent", name, ctx.Err())
+			e.cause = errNeverSent
+			return nil, e
+		}
 	}
 	if s.err != nil {
 		return nil, s.err
@@ -422,18 +426,46 @@ func (s *clientService) checkStreamWorkers(hash map[string]string, nowMs int64) 
 }
 
 // callWaiter is where a waiting unary call's outcome arrives, once: its
-// response, or the error that ended it.
+// response, or the error that ended it; or, instead, the news that the
+// call's context ended (wake). Whichever comes first signals done, once,
+// so a call waits on this one channel alone and always gets it back empty.
 type callWaiter struct {
-	done chan struct{} // buffered: signalled once, when res is set
-	res  callResult
+	done  chan struct{} // buffered: signalled once, by deliver or wake
+	res   callResult    // set by deliver before it signals
+	state atomic.Int32  // waiterOpen until deliver or wake settles it
 }
 
-// deliver sets w's outcome and wakes its call. Only the one who took w
-// from clientService.waiting calls it.
-func (w *callWaiter) deliver(res callResult) {
+// The states of a callWaiter.
+const (
+	waiterOpen int32 = iota
+	waiterDelivered
+	waiterWoken
+)
+
+// deliver sets w's outcome and wakes its call, unless the call was woken
+// by its context's end first: then it reports false, and the outcome is
+// the deliverer's to dispose of. Only the one who took w from
+// clientService.waiting calls it.
+func (w *callWaiter) deliver(res callResult) bool {
+	if !w.state.CompareAndSwap(waiterOpen, waiterDelivered) {
+		return false
+	}
 	w.res = res
 	w.done <- struct{}{}
+	return true
 }
+
+// wake ends w's wait without an outcome, its call's context having
+// ended, unless an outcome was delivered first.
+func (w *callWaiter) wake() {
+	if w.state.CompareAndSwap(waiterOpen, waiterWoken) {
+		w.done <- struct{}{}
+	}
+}
+
+// delivered reports whether the wait ended with an outcome (deliver)
+// rather than with the call's context (wake); read after done signalled.
+func (w *callWaiter) delivered() bool { return w.state.Load() == waiterDelivered }
 
 // expect registers w as the call waiting for the response to id.
 func (s *clientService) expect(id string, w *callWaiter) { s.waiting.put(id, w) }
@@ -444,10 +476,7 @@ func (s *clientService) forget(id string) { s.waiting.remove(id) }
 // complete hands res to the call waiting for id; false if none waits.
 func (s *clientService) complete(id string, res callResult) bool {
 	w, ok := s.waiting.take(id)
-	if ok {
-		w.deliver(res) // taken: no one else delivers to it
-	}
-	return ok
+	return ok && w.deliver(res) // taken: no one else delivers to it
 }
 
 // answer hands a copy of resp, from responses, to the call waiting for
@@ -455,12 +484,16 @@ func (s *clientService) complete(id string, res callResult) bool {
 // as well; false if none waits. resp may be its caller's, on the stack.
 func (s *clientService) answer(resp *wire.Response, lent []*[]byte, responses *objectPool[wire.Response]) bool {
 	w, ok := s.waiting.take(resp.ID)
-	if ok {
-		kept := responses.get()
-		*kept = *resp
-		w.deliver(callResult{resp: kept, lent: lent})
+	if !ok {
+		return false
 	}
-	return ok
+	kept := responses.get()
+	*kept = *resp
+	if !w.deliver(callResult{resp: kept, lent: lent}) {
+		responses.put(kept) // the call's context ended first
+		return false
+	}
+	return true
 }
 
 // failAll ends every waiting call and open stream with err.

@@ -87,7 +87,7 @@ func (c *Client) newStream(ctx context.Context, method *MethodDesc, opts ...Call
 		acceptC:  make(chan struct{}),
 		headerC:  make(chan struct{}),
 		endedC:   make(chan struct{}),
-		deadline: c.deadline(ctx, method, started.cfg.timeout),
+		deadline: c.deadline(ctx, method, started.cfg.timeout, started.began),
 	}
 	cs.send = newSendWindow(func(size int) {
 		_ = cs.queueFrame(&wire.Frame{Type: wire.FrameBlocked, Size: int64(size)})

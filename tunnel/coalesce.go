@@ -80,6 +80,11 @@ func (c *coalescer[T]) submit(ctx context.Context, item T) error {
 	}
 	defer c.mu.RUnlock()
 	select {
+	case c.items <- item: // room: ctx's Done channel, made on demand by some contexts, is not needed
+		return nil
+	default:
+	}
+	select {
 	case c.items <- item:
 		return nil
 	case <-ctx.Done():

@@ -30,15 +30,21 @@ import (
 type deadlineContext struct {
 	parent   context.Context // nil for none
 	deadline time.Time
-	done     chan struct{}
 	// stopParent unregisters the end of c from its parent's, when the
 	// parent can end.
 	stopParent func() bool
 
-	mu      sync.Mutex
-	err     error // set when done closes
+	mu sync.Mutex
+	// done is made when first asked for (Done), unless c is hidden: a
+	// unary call waits through its waiter instead, and most calls never
+	// need the channel.
+	done    chan struct{}
+	err     error // set when c ends
 	after   []func()
 	afterAt [1]func() // after's room for the one child a handler context has
+	// waiter, when set, is woken when c ends: the unary call waiting on
+	// c, through the one channel its outcome also arrives on.
+	waiter *callWaiter
 
 	index int // in its deadlineTimer's heap; -1 when not in it
 	// hidden marks the parent of a handler's context (see
@@ -50,7 +56,30 @@ type deadlineContext struct {
 var _ context.Context = (*deadlineContext)(nil)
 
 func (c *deadlineContext) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c *deadlineContext) Done() <-chan struct{}       { return c.done }
+
+func (c *deadlineContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// wakeOnEnd has w woken (callWaiter.wake) when c ends, and reports true,
+// unless c has ended already; w nil stops it.
+func (c *deadlineContext) wakeOnEnd(w *callWaiter) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	c.waiter = w
+	return true
+}
 
 func (c *deadlineContext) Value(key any) any {
 	if c.parent == nil {
@@ -97,7 +126,8 @@ func (c *deadlineContext) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// end ends c with err: its Done closes and its registered funcs run.
+// end ends c with err: its Done closes, its waiter wakes and its
+// registered funcs run.
 func (c *deadlineContext) end(err error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -105,10 +135,15 @@ func (c *deadlineContext) end(err error) {
 		return
 	}
 	c.err = err
-	after := c.after
-	c.after = nil
-	close(c.done)
+	after, waiter := c.after, c.waiter
+	c.after, c.waiter = nil, nil
+	if c.done != nil {
+		close(c.done)
+	}
 	c.mu.Unlock()
+	if waiter != nil {
+		waiter.wake()
+	}
 	for _, f := range after {
 		if f != nil {
 			f()
@@ -153,10 +188,10 @@ type deadlineTimer struct {
 }
 
 // start makes c a child of parent (nil for none) done at deadline and,
-// unless that has passed, puts it in t's heap. The caller must release it
+// unless that has passed at now, puts it in t's heap. The caller must release it
 // when the call ends, as it would call a CancelFunc.
-func (t *deadlineTimer) start(c *deadlineContext, parent context.Context, deadline time.Time) {
-	t.begin(c, parent, deadline, false)
+func (t *deadlineTimer) start(c *deadlineContext, parent context.Context, deadline, now time.Time) {
+	t.begin(c, parent, deadline, now, false)
 }
 
 // startHidden starts c, done at deadline, as the parent of a handler's
@@ -166,31 +201,33 @@ func (t *deadlineTimer) start(c *deadlineContext, parent context.Context, deadli
 // when it has not closed, goes back to t on release for the next one: a
 // channel per request was 112 of the 1,850 bytes a busy server allocated
 // per call, and bytes allocated are what sets how often it collects.
-func (t *deadlineTimer) startHidden(c *deadlineContext, deadline time.Time) {
-	t.begin(c, nil, deadline, true)
+func (t *deadlineTimer) startHidden(c *deadlineContext, deadline, now time.Time) {
+	t.begin(c, nil, deadline, now, true)
 }
 
-func (t *deadlineTimer) begin(c *deadlineContext, parent context.Context, deadline time.Time, hidden bool) {
+// begin starts c (see start and startHidden); now is the time the
+// caller read last, which saves reading the clock again.
+func (t *deadlineTimer) begin(c *deadlineContext, parent context.Context, deadline, now time.Time, hidden bool) {
 	*c = deadlineContext{parent: parent, deadline: deadline, index: -1, hidden: hidden}
 	c.after = c.afterAt[:0]
 	cancelable := parent != nil && parent.Done() != nil
 	if cancelable && parent.Err() != nil {
-		c.done = make(chan struct{})
 		c.end(parent.Err())
 		return
 	}
-	if !time.Now().Before(deadline) {
-		c.done = make(chan struct{})
+	if !now.Before(deadline) {
 		c.end(context.DeadlineExceeded)
 		return
 	}
 	t.mu.Lock()
-	if n := len(t.spare); hidden && n > 0 {
-		c.done = t.spare[n-1]
-		t.spare[n-1] = nil
-		t.spare = t.spare[:n-1]
-	} else {
-		c.done = make(chan struct{})
+	if hidden {
+		if n := len(t.spare); n > 0 {
+			c.done = t.spare[n-1]
+			t.spare[n-1] = nil
+			t.spare = t.spare[:n-1]
+		} else {
+			c.done = make(chan struct{})
+		}
 	}
 	t.heap.push(c)
 	// The timer moves only earlier: a deadline released before it

@@ -11,7 +11,7 @@ import (
 // handlerContext builds a context as handle does: a cancelCtx over a
 // deadlineContext started on t.
 func handlerContext(t *deadlineTimer, dc *deadlineContext, deadline time.Time) (context.Context, context.CancelCauseFunc) {
-	t.startHidden(dc, deadline)
+	t.startHidden(dc, deadline, time.Now())
 	return context.WithCancelCause(dc)
 }
 
@@ -211,7 +211,7 @@ func TestDeadlineContextEndsWithItsParent(t *testing.T) {
 	var timer deadlineTimer
 	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "caller's"))
 	var dc deadlineContext
-	timer.start(&dc, parent, time.Now().Add(time.Hour))
+	timer.start(&dc, parent, time.Now().Add(time.Hour), time.Now())
 	defer timer.release(&dc)
 	if got := dc.Value(key{}); got != "caller's" {
 		t.Fatalf("Value = %v; want the parent's value", got)
@@ -229,7 +229,7 @@ func TestDeadlineContextEndsWithItsParent(t *testing.T) {
 
 	// A parent that has ended already ends the context at once.
 	var ended deadlineContext
-	timer.start(&ended, parent, time.Now().Add(time.Hour))
+	timer.start(&ended, parent, time.Now().Add(time.Hour), time.Now())
 	defer timer.release(&ended)
 	if !errors.Is(ended.Err(), context.Canceled) {
 		t.Fatalf("started under an ended parent: Err() = %v; want Canceled", ended.Err())
@@ -242,7 +242,7 @@ func TestDeadlineContextUnderAParentFiresAtItsOwnDeadline(t *testing.T) {
 	defer cancelParent()
 	var dc deadlineContext
 	deadline := time.Now().Add(30 * time.Millisecond)
-	timer.start(&dc, parent, deadline)
+	timer.start(&dc, parent, deadline, time.Now())
 	<-dc.Done()
 	if !errors.Is(dc.Err(), context.DeadlineExceeded) || time.Now().Before(deadline) {
 		t.Fatalf("Err() = %v at %v; want DeadlineExceeded, not before %v", dc.Err(), time.Now(), deadline)

@@ -21,11 +21,11 @@ import (
 // find the stored answer, short enough that state never piles up.
 const stateMargin = 10 * time.Second
 
-// stateTTL is how long a request's state is kept when its deadline is
-// deadline: stateMargin past it, bounded first (a caller's deadline may
-// lie centuries ahead, and the sum must not overflow).
-func stateTTL(deadline time.Time) time.Duration {
-	return min(time.Until(deadline), store.MaxStateTTL) + stateMargin
+// stateTTL is how long, from now, a request's state is kept when its
+// deadline is deadline: stateMargin past it, bounded first (a caller's
+// deadline may lie centuries ahead, and the sum must not overflow).
+func stateTTL(deadline, now time.Time) time.Duration {
+	return min(deadline.Sub(now), store.MaxStateTTL) + stateMargin
 }
 
 // serveRun is the state of one Serve call.

@@ -92,20 +92,20 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) (handedOff 
 	req.handling.scope = scope
 	log := s.handlerLog(req)
 	deadline := s.clock.toLocal(req.deadline)
-	r.deadlines.startHidden(&scope.deadline, deadline)
+	started := time.Now()
+	r.deadlines.startHidden(&scope.deadline, deadline, started)
 	ctx, cancelCause := context.WithCancelCause(&scope.deadline)
 	out.cancel = cancelCause
 	ctx = withCaller(ctx, req.caller())
 	req.handling.running = runningRequest{queue: q, received: req, cancel: cancelCause}
 	r.running.add(req.env.ID, &req.handling.running)
 
-	queueWait := time.Duration(s.clock.toRedis(time.Now())-req.env.Enqueued) * time.Millisecond
+	queueWait := time.Duration(s.clock.toRedis(started)-req.env.Enqueued) * time.Millisecond
 	ctx, out.span = s.tracing.startServer(ctx, req.env, s.opts.WorkerID, queueWait)
 	r.metrics.queueWait.Record(ctx, max(queueWait, 0).Seconds(), r.metrics.attrs.lookup(req.env.Method, OK, false).record...)
 	out.measure = r.metrics.begin(ctx, req.env.Method)
 	var handlerErr error
 	var reply *[]byte // the response's payload, in Server.buffers
-	started := time.Now()
 	if d.Verdict == store.VerdictOrphan {
 		log.Error("rpr: outcome unknown: the worker running this request died; not executing it again (the method is not idempotent)", "previous_worker", d.Detail)
 		handlerErr = Errorf(Aborted, "outcome unknown: worker %s died while executing %s (%s is not idempotent, so it was not run again)", d.Detail, req.env.ID, req.env.Method)
@@ -139,7 +139,7 @@ func (r *serveRun) handle(q *queue, req *received, d store.Decision) (handedOff 
 	out.raw = raw
 	comp := &out.completion
 	*comp = completion{kind: completeClaimed,
-		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: stateTTL(deadline), Response: *raw}}
+		Completion: store.Completion{Action: store.ActionReply, Target: req.env.ReplyTo, Final: final, TTL: stateTTL(deadline, started), Response: *raw}}
 	if req.fast {
 		comp.kind = answerFast // no state to record
 	}

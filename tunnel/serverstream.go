@@ -240,7 +240,7 @@ func (r *serveRun) startStream(q *queue, req *received) {
 	if err == nil {
 		ttl := streamStateTTL + stateMargin
 		if env.StreamDeadline > 0 {
-			ttl = stateTTL(s.clock.toLocal(env.StreamDeadline))
+			ttl = stateTTL(s.clock.toLocal(env.StreamDeadline), time.Now())
 		}
 		call := store.NewAcceptStream(q.requests, req.entryID, req.state, env.ReplyTo, ttl, accept)
 		err = r.runScript(&call.Call)
