@@ -96,6 +96,8 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		vsGRPC(1, "CPU µs/call with Redis's, c=128 (gRPC: Go only)", c128, total, compare.AtMost(totalCPUTarget)),
 		vsGRPC(1, "Go CPU/call, c=128, ÷ gRPC's (issue 18: 23 of its 39 µs)", c128, goCPU, compare.RatioAtMost(goCPURatioTarget)),
 		vsGRPC(1, "CPU/call with Redis's, c=128, ÷ gRPC's (40 of 39 µs)", c128, total, compare.RatioAtMost(totalCPURatioTarget)),
+		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ gRPC's, median of each run's own ratio", RPR: pairedRatio(c128, goCPU),
+			Baseline: math.NaN(), Target: compare.NoTarget},
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),
@@ -111,6 +113,19 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		vsGRPC(4, "p50 ms, c=1", c1, func(f figures) float64 { return f.p50ms() }, compare.RatioAtMost(p50RatioTarget)),
 		vsGRPC(4, "p99 ms, c=1", c1, func(f figures) float64 { return float64(f.p99) / 1e6 }, compare.NoTarget),
 	), nil
+}
+
+// pairedRatio is the median over p's runs of rpr's figure over gRPC's in
+// the same run. Each pair ran back to back, so a change in the machine's
+// speed between runs, which moves both alike, mostly cancels out of it,
+// where the ratio of the two medians can pair rpr's quick run with
+// gRPC's slow one.
+func pairedRatio(p pair, of func(figures) float64) float64 {
+	ratios := make([]float64, 0, len(p.rpr))
+	for i := range min(len(p.rpr), len(p.grpc)) {
+		ratios = append(ratios, of(p.rpr[i])/of(p.grpc[i]))
+	}
+	return median(ratios)
 }
 
 // vsGRPC is a row of the median of one figure, rpr's against gRPC's.
