@@ -42,12 +42,10 @@ func (c *Client) runUnary(ctx context.Context, u *unaryCall, method *MethodDesc,
 	started := &u.start
 	cfg, full, rid := &started.cfg, started.full, started.rid
 
-	var own *deadlineContext
 	if deadline := c.deadline(ctx, method, cfg.timeout, started.began); !ctxEndsBy(ctx, deadline) {
-		own = &u.deadline
-		c.deadlines.start(own, ctx, deadline, started.began)
-		defer c.deadlines.release(own)
-		ctx = own
+		c.deadlines.start(&u.deadline, ctx, deadline, started.began)
+		defer c.deadlines.release(&u.deadline)
+		ctx = &u.deadline
 	}
 	if ctx.Err() != nil { // cancelled, or a budget spent upstream
 		return notSent(ctx, full, rid, "before the call began")
@@ -63,7 +61,7 @@ func (c *Client) runUnary(ctx context.Context, u *unaryCall, method *MethodDesc,
 	}
 	defer c.buffers.Put(buf) // every attempt's envelope is a copy
 	call := &u.call
-	*call = outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg, deadline: own}
+	*call = outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg}
 	return c.attempts(ctx, started, call, reply)
 }
 
@@ -116,9 +114,6 @@ type outgoingCall struct {
 	id      string
 	payload []byte
 	cfg     *callConfig
-	// deadline is the call's own deadline context, when it has one (see
-	// awaitOutcome).
-	deadline *deadlineContext
 	// lane and shard are chosen on the first attempt and kept, so that
 	// every attempt finds the request's state in the same shard.
 	lane   string
@@ -216,7 +211,7 @@ func (c *Client) sendAndAwait(ctx context.Context, svc *clientService, call *out
 		return c.gaveUp(ctx, svc, call, sentAt, false, "")
 	}
 
-	if c.awaitOutcome(ctx, call.deadline, &send.outcome) {
+	if c.awaitOutcome(ctx, &send.outcome) {
 		res := send.outcome.res
 		if res.err != nil {
 			return res.err
@@ -239,12 +234,13 @@ func (c *Client) sendAndAwait(ctx context.Context, svc *clientService, call *out
 
 // awaitOutcome waits for w's one wake-up: the call's outcome (its
 // response, or a failed send), or the end of ctx; it reports whether the
-// outcome came first. When ctx is own, the call's own deadline context,
-// which wakes w as it ends, the wait is on w's channel alone: cheaper than
-// a select, and own's Done channel is never made. Either way the channel
-// is signalled exactly once, so it goes back to Client.signals.
-func (c *Client) awaitOutcome(ctx context.Context, own *deadlineContext, w *callWaiter) bool {
-	if own != nil && ctx == context.Context(own) && own.wakeOnEnd(w) {
+// outcome came first. When ctx is a deadlineContext, it is the call's own
+// (runUnary's: a handler's is hidden behind its cancelCtx), which wakes w
+// as it ends: the wait is on w's channel alone, cheaper than a select, and
+// ctx's Done channel is never made. Either way the channel is signalled
+// exactly once, so it goes back to Client.signals.
+func (c *Client) awaitOutcome(ctx context.Context, w *callWaiter) bool {
+	if own, ok := ctx.(*deadlineContext); ok && own.wakeOnEnd(w) {
 		<-w.done
 		own.wakeOnEnd(nil)
 	} else {
