@@ -14,7 +14,7 @@ import (
 func TestCallWaiterSignalsOnce(t *testing.T) {
 	var delivered, woken int
 	for range 2000 {
-		w := &callWaiter{done: make(chan struct{}, 1)}
+		w := &callWaiter{done: make(chan struct{}, 2)} // room for a second signal, which must not come
 		var deliverWon bool
 		var wg sync.WaitGroup
 		wg.Go(func() { deliverWon = w.deliver(callResult{err: context.Canceled}) })
@@ -50,7 +50,7 @@ func TestAwaitOutcomeWakesAtOwnDeadline(t *testing.T) {
 	timer.start(&own, context.Background(), now.Add(20*time.Millisecond), now)
 	defer timer.release(&own)
 	w := &callWaiter{done: c.signals.get()}
-	if c.awaitOutcome(&own, &own, w) {
+	if c.awaitOutcome(&own, w) {
 		t.Fatal("awaitOutcome reported an outcome; none was delivered")
 	}
 	if own.Err() != context.DeadlineExceeded {
@@ -75,14 +75,14 @@ func TestAwaitOutcomeUnderForeignContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &callWaiter{done: c.signals.get()}
 	go cancel()
-	if c.awaitOutcome(ctx, nil, w) {
+	if c.awaitOutcome(ctx, w) {
 		t.Fatal("awaitOutcome reported an outcome; none was delivered")
 	}
 	w = &callWaiter{done: c.signals.get()}
 	if !w.deliver(callResult{}) {
 		t.Fatal("deliver to an open waiter failed")
 	}
-	if !c.awaitOutcome(ctx, nil, w) { // ctx has ended too: the outcome still wins
+	if !c.awaitOutcome(ctx, w) { // ctx has ended too: the outcome still wins
 		t.Fatal("awaitOutcome lost an outcome delivered before the wait")
 	}
 }
