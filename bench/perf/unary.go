@@ -2,7 +2,8 @@ package main
 
 // Goals 1 and 4 (unary echo of 32 bytes at concurrency 1, 16, 128) and
 // goal 5 (64 KiB and 1 MiB echoes at concurrency 8), rpr against gRPC-go,
-// both with the server in a child process.
+// both with the server in a child process; at 128 callers also the plain
+// Streams RPC, the floor of rpr's design.
 
 import (
 	"context"
@@ -44,12 +45,23 @@ var unaryLevels = [...]int{1, 16, 128}
 
 const unaryPayload = 32
 
-// pair is the runs of rpr and gRPC at one configuration.
-type pair struct{ rpr, grpc runs }
+// pair is the runs of rpr and gRPC at one configuration, and of the
+// plain Streams RPC where a floor was measured there.
+type pair struct{ rpr, grpc, plain runs }
+
+// floor is the plain Streams RPC (compare.PlainClients, its server the
+// child) measured beside rpr and gRPC at concurrency at, with as many
+// client instances as rpr: what a minimal design of the same shape
+// spends, the floor rpr's cost is read against.
+type floor struct {
+	child *compare.Child
+	at    int
+}
 
 // comparePairs measures rpr and gRPC s.runs times at each level with
-// payload, alternating them so that the machine's drift falls on both.
-func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers, payload []byte, levels []int, calls, warmup int) ([]pair, error) {
+// payload, alternating them so that the machine's drift falls on both;
+// with a floor, the plain Streams RPC after them at its level.
+func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers, payload []byte, levels []int, calls, warmup int, fl *floor) ([]pair, error) {
 	out := make([]pair, len(levels))
 	for run := range s.runs {
 		for i, c := range levels {
@@ -72,6 +84,15 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 			}
 			f.log(log, label)
 			out[i].grpc = append(out[i].grpc, f)
+			if fl == nil || c != fl.at {
+				continue
+			}
+			label = fmt.Sprintf("plain %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs)
+			if f, err = measurePlain(ctx, s, srv, fl.child, inst, c, payload, label); err != nil {
+				return nil, err
+			}
+			f.log(log, label)
+			out[i].plain = append(out[i].plain, f)
 		}
 	}
 	return out, nil
@@ -83,7 +104,13 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		return nil, err
 	}
 	defer srv.close()
-	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup)
+	plain, err := compare.StartChild(ctx, "plain "+srv.redis.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer plain.Stop()
+	fmt.Fprintf(log, "  plain Streams RPC server child pid %d (measured at c=128 only)\n", plain.Pid())
+	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup, &floor{child: plain, at: 128})
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +125,13 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		vsGRPC(1, "CPU/call with Redis's, c=128, ÷ gRPC's (40 of 39 µs)", c128, total, compare.RatioAtMost(totalCPURatioTarget)),
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ gRPC's, median of each run's own ratio", RPR: pairedRatio(c128, goCPU),
 			Baseline: math.NaN(), Target: compare.NoTarget},
+		// The floor: a minimal Streams RPC of the same shape (8 client
+		// instances, each with its own pipelines and blocked reader),
+		// against gRPC-go's and under rpr's.
+		{Goal: 1, Figure: fmt.Sprintf("plain Streams RPC (floor): Go CPU µs/call, c=128, %d instances", instancesFor(128, s.instances)),
+			RPR: c128.plain.med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
+		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's (floor)", RPR: c128.rpr.med(goCPU),
+			Baseline: c128.plain.med(goCPU), BaselineOf: "plain", Target: compare.NoTarget},
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),
@@ -164,7 +198,7 @@ func runLarge(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 	defer srv.close()
 	var rows []compare.Row
 	for _, sz := range []struct{ bytes, calls int }{{64 << 10, s.calls64K}, {1 << 20, s.calls1M}} {
-		pairs, err := comparePairs(ctx, s, log, srv, make([]byte, sz.bytes), []int{largeConcurrency}, sz.calls, max(2, sz.calls/10))
+		pairs, err := comparePairs(ctx, s, log, srv, make([]byte, sz.bytes), []int{largeConcurrency}, sz.calls, max(2, sz.calls/10), nil)
 		if err != nil {
 			return nil, err
 		}
