@@ -59,7 +59,7 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 			}
 			for j, inst := range plainInstances {
 				label := fmt.Sprintf("plain c=%d inst=%d run %d/%d", c, inst, run+1, s.runs)
-				f, err := measurePlain(ctx, s, srv, plain, inst, c, payload, label)
+				f, err := measurePlain(ctx, s, srv, plain, inst, c, s.calls, s.warmup, payload, label)
 				if err != nil {
 					return nil, err
 				}
@@ -105,8 +105,9 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 }
 
 // measurePlain measures the plain Streams RPC with instances client
-// instances and c callers, in the run called label (its profiles' name).
-func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, instances, c int, payload []byte, label string) (figures, error) {
+// instances, c callers and calls measured calls after warmup, in the run
+// called label (its profiles' name).
+func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, instances, c, calls, warmup int, payload []byte, label string) (figures, error) {
 	clients, err := compare.StartPlainClients(ctx, srv.redis.URL(), instances)
 	if err != nil {
 		return figures{}, err
@@ -116,5 +117,5 @@ func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare
 		return figures{}, err
 	}
 	sys := system{name: "plain", call: clients.Call, child: child, admin: srv.admin}
-	return measure(ctx, sys, payload, c, s.calls, s.warmup, s.runTimeout, s.profilePath(label))
+	return measure(ctx, sys, payload, c, calls, warmup, s.runTimeout, s.profilePath(label))
 }

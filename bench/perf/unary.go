@@ -40,8 +40,11 @@ const (
 // gRPC's, the gRPC server in another process.
 const p50RatioTarget = 2.2
 
-// unaryLevels are goal 1's concurrency levels.
-var unaryLevels = [...]int{1, 16, 128}
+// unaryLevels are goal 1's concurrency levels; goal1Level, the last,
+// is the one its CPU and allocation bounds are read at.
+var unaryLevels = [...]int{1, 16, goal1Level}
+
+const goal1Level = 128
 
 const unaryPayload = 32
 
@@ -88,7 +91,7 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 				continue
 			}
 			label = fmt.Sprintf("plain %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs)
-			if f, err = measurePlain(ctx, s, srv, fl.child, inst, c, payload, label); err != nil {
+			if f, err = measurePlain(ctx, s, srv, fl.child, inst, c, calls, warmup, payload, label); err != nil {
 				return nil, err
 			}
 			f.log(log, label)
@@ -109,8 +112,8 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		return nil, err
 	}
 	defer plain.Stop()
-	fmt.Fprintf(log, "  plain Streams RPC server child pid %d (measured at c=128 only)\n", plain.Pid())
-	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup, &floor{child: plain, at: 128})
+	fmt.Fprintf(log, "  plain Streams RPC server child pid %d (measured at c=%d only)\n", plain.Pid(), goal1Level)
+	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup, &floor{child: plain, at: goal1Level})
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,7 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		// The floor: a minimal Streams RPC of the same shape (8 client
 		// instances, each with its own pipelines and blocked reader),
 		// against gRPC-go's and under rpr's.
-		{Goal: 1, Figure: fmt.Sprintf("plain Streams RPC (floor): Go CPU µs/call, c=128, %d instances", instancesFor(128, s.instances)),
+		{Goal: 1, Figure: fmt.Sprintf("plain Streams RPC (floor): Go CPU µs/call, c=128, %d instances", instancesFor(goal1Level, s.instances)),
 			RPR: c128.plain.med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's (floor)", RPR: c128.rpr.med(goCPU),
 			Baseline: c128.plain.med(goCPU), BaselineOf: "plain", Target: compare.NoTarget},
