@@ -38,8 +38,12 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("a section failed: %s\nlog:\n%s", errs.String(), log.String())
 	}
 	goals := map[int]int{}
+	floorRows := 0
 	for _, r := range rows {
 		goals[r.Goal]++
+		if r.Goal == 1 && strings.Contains(r.Figure, "plain Streams RPC") {
+			floorRows++
+		}
 		if math.IsNaN(r.RPR) || math.IsInf(r.RPR, 0) || r.RPR < 0 {
 			t.Errorf("goal %d %q: rpr figure %v", r.Goal, r.Figure, r.RPR)
 		}
@@ -47,10 +51,13 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("goal %d %q: baseline (%s) %v", r.Goal, r.Figure, r.BaselineOf, r.Baseline)
 		}
 	}
-	for _, g := range []int{1, 3, 4, 5, 6} {
+	for _, g := range []int{1, 2, 3, 4, 5, 6} {
 		if goals[g] == 0 {
 			t.Errorf("no row for goal %d", g)
 		}
+	}
+	if floorRows != 2 {
+		t.Errorf("goal 1 has %d rows of the plain Streams RPC (its floor), want 2: its figure against gRPC-go's and rpr's against it", floorRows)
 	}
 	var table bytes.Buffer
 	printTable(&table, rows)
