@@ -1,6 +1,3 @@
-// Package compare holds what the comparisons of bench/ share: a throwaway
-// redis-server, an echo service on rpr and on gRPC-go (client and server
-// in this process), and a closed-loop load that measures them alike.
 package compare
 
 import (
