@@ -215,7 +215,7 @@ func printSettings(w io.Writer, s *settings) {
 		fmt.Fprintf(w, "unary (goals 1, 4): %d B echo, closed loop at c=%v, %d calls + %d warm-up per run; rpr server (Concurrency %d) and gRPC-go server each in a child process, callers in this one;\n",
 			unaryPayload, unaryLevels, s.calls, s.warmup, compare.ChildServerConcurrency)
 		fmt.Fprintf(w, "  rpr callers spread over %d client instances (1 at c=1), each its own Redis pool; gRPC callers share one ClientConn over loopback TCP;\n", s.instances)
-		fmt.Fprintf(w, "  at c=128 also the plain Streams RPC (the floor) over as many client instances, its server in a child process\n")
+		fmt.Fprintf(w, "  at c=128 also the plain Streams RPC (the floor) over as many client instances, with its server in a child process running a batch one request after another, then with one running each request on a goroutine of its own\n")
 	}
 	if slices.Contains(s.only, "scale") {
 		fmt.Fprintf(w, "scale (goal 3): %d B echo at c=%v, rpr with %v client instances, the plain Streams RPC (the floor) with %v, %d calls + %d warm-up per run\n",

@@ -56,8 +56,8 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("no row for goal %d", g)
 		}
 	}
-	if floorRows != 2 {
-		t.Errorf("goal 1 has %d rows of the plain Streams RPC (its floor), want 2: its figure against gRPC-go's and rpr's against it", floorRows)
+	if floorRows != 4 {
+		t.Errorf("goal 1 has %d rows of the plain Streams RPC (its floors), want 4: each server's figure against gRPC-go's and rpr's against it", floorRows)
 	}
 	var table bytes.Buffer
 	printTable(&table, rows)

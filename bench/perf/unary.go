@@ -49,16 +49,31 @@ const goal1Level = 128
 const unaryPayload = 32
 
 // pair is the runs of rpr and gRPC at one configuration, and of the
-// plain Streams RPC where a floor was measured there.
-type pair struct{ rpr, grpc, plain runs }
+// plain Streams RPC's two servers where a floor was measured there.
+type pair struct{ rpr, grpc, plain, plainConcurrent runs }
 
-// floor is the plain Streams RPC (compare.PlainClients, its server the
-// child) measured beside rpr and gRPC at concurrency at, with as many
-// client instances as rpr: what a minimal design of the same shape
-// spends, the floor rpr's cost is read against.
+// floor is the plain Streams RPC (compare.PlainClients) measured beside
+// rpr and gRPC at concurrency at, with as many client instances as rpr,
+// with each of its two servers: the one issue 18 describes, which runs a
+// batch's requests one after the other, and the same with its handlers
+// run concurrently, as an RPC server must run them (a handler that
+// blocks must not hold up the others). What a minimal design of the same
+// shape spends is the floor rpr's cost is read against.
 type floor struct {
-	child *compare.Child
-	at    int
+	redisURL string
+	at       int
+}
+
+// measureFloor measures the plain Streams RPC on the server the child
+// mode names ("plain" or "plainconc"), started for this run alone, since
+// both servers read the same consumer group.
+func measureFloor(ctx context.Context, s *settings, srv *servers, mode string, fl *floor, inst, calls, warmup int, payload []byte, label string) (figures, error) {
+	child, err := compare.StartChild(ctx, mode+" "+fl.redisURL)
+	if err != nil {
+		return figures{}, err
+	}
+	defer child.Stop()
+	return measurePlain(ctx, s, srv, child, inst, fl.at, calls, warmup, payload, label)
 }
 
 // comparePairs measures rpr and gRPC s.runs times at each level with
@@ -91,11 +106,17 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 				continue
 			}
 			label = fmt.Sprintf("plain %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs)
-			if f, err = measurePlain(ctx, s, srv, fl.child, inst, c, calls, warmup, payload, label); err != nil {
+			if f, err = measureFloor(ctx, s, srv, "plain", fl, inst, calls, warmup, payload, label); err != nil {
 				return nil, err
 			}
 			f.log(log, label)
 			out[i].plain = append(out[i].plain, f)
+			label = fmt.Sprintf("plain, concurrent %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs)
+			if f, err = measureFloor(ctx, s, srv, "plainconc", fl, inst, calls, warmup, payload, label); err != nil {
+				return nil, err
+			}
+			f.log(log, label)
+			out[i].plainConcurrent = append(out[i].plainConcurrent, f)
 		}
 	}
 	return out, nil
@@ -107,13 +128,7 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		return nil, err
 	}
 	defer srv.close()
-	plain, err := compare.StartChild(ctx, "plain "+srv.redis.URL())
-	if err != nil {
-		return nil, err
-	}
-	defer plain.Stop()
-	fmt.Fprintf(log, "  plain Streams RPC server child pid %d (measured at c=%d only)\n", plain.Pid(), goal1Level)
-	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup, &floor{child: plain, at: goal1Level})
+	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup, &floor{redisURL: srv.redis.URL(), at: goal1Level})
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +150,12 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 			RPR: c128.plain.med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's (floor)", RPR: c128.rpr.med(goCPU),
 			Baseline: c128.plain.med(goCPU), BaselineOf: "plain", Target: compare.NoTarget},
+		// The same with its handlers run concurrently, as any RPC
+		// server's are.
+		{Goal: 1, Figure: "plain Streams RPC, concurrent handlers (floor): Go CPU µs/call, c=128",
+			RPR: c128.plainConcurrent.med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
+		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's with concurrent handlers", RPR: c128.rpr.med(goCPU),
+			Baseline: c128.plainConcurrent.med(goCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),

@@ -31,7 +31,8 @@ import (
 // ChildEnv names the environment variable that makes a program a server
 // child (RunChildIfAsked): "rpr <redis URL>" serves the echo service on
 // rpr, "plain <redis URL>" serves it on the plain Streams RPC (see
-// StartPlainClients), "grpc" serves it on gRPC-go on a free loopback port.
+// StartPlainClients), "plainconc <redis URL>" on the same with its
+// handlers run concurrently, "grpc" serves it on gRPC-go on a free loopback port.
 const ChildEnv = "RPR_BENCH_CHILD"
 
 // ChildServerConcurrency is the rpr child's ServerOptions.Concurrency:
@@ -93,6 +94,19 @@ func runChild(mode string) error {
 		}
 		go func() { served <- servePlainRPC(ctx, rdb) }()
 		addr = "-"
+	case "plainconc":
+		opts, err := redis.ParseURL(arg)
+		if err != nil {
+			return fmt.Errorf("concurrent plain RPC server: %w", err)
+		}
+		rdb := redis.NewClient(opts)
+		defer rdb.Close()
+		rdb.AddHook(sent)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("concurrent plain RPC server: reaching Redis %s: %w", arg, err)
+		}
+		go func() { served <- servePlainConcurrent(ctx, rdb) }()
+		addr = "-"
 	case "grpc":
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -106,7 +120,7 @@ func runChild(mode string) error {
 		}()
 		addr = l.Addr().String()
 	default:
-		return fmt.Errorf("%s=%q: want \"rpr <redis URL>\", \"plain <redis URL>\" or \"grpc\"", ChildEnv, mode)
+		return fmt.Errorf("%s=%q: want \"rpr <redis URL>\", \"plain <redis URL>\", \"plainconc <redis URL>\" or \"grpc\"", ChildEnv, mode)
 	}
 	fmt.Printf("ready %s\n", addr)
 
