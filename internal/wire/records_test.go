@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +69,24 @@ func TestRouteRuleWeights(t *testing.T) {
 	}
 	if _, err := ParseRouteRule("v1:90,v2:2000000"); err == nil || !strings.Contains(err.Error(), "want 0 to 1000000") {
 		t.Errorf("ParseRouteRule of weight 2000000: %v, want it refused with the bound", err)
+	}
+}
+
+// TestRouteRuleStringReadsBack checks that a rule String writes is read
+// back as the same rule, a header value that starts with '>' included
+// (written next to its '=', it would read as the arrow).
+func TestRouteRuleStringReadsBack(t *testing.T) {
+	for _, spec := range []string{"x-version= >2 => v2", "a= >,b= >=1 => v1:1,v2:3", "x-canary=true => v2", "v1:90,v2:10"} {
+		r, err := ParseRouteRule(spec)
+		if err != nil {
+			t.Fatalf("ParseRouteRule(%q): %v", spec, err)
+		}
+		again, err := ParseRouteRule(r.String())
+		if err != nil {
+			t.Fatalf("%q is written %q, which does not read: %v", spec, r.String(), err)
+		}
+		if !maps.Equal(r.Match, again.Match) || !slices.Equal(r.Lanes, again.Lanes) {
+			t.Errorf("%q is written %q, which reads as %+v, not %+v", spec, r.String(), again, r)
+		}
 	}
 }

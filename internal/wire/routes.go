@@ -94,7 +94,8 @@ func (r RouteRule) Validate() error {
 }
 
 // String returns the rule in the form the CLI reads and writes, e.g.
-// "x-canary=true => v1:90,v2:10".
+// "x-canary=true => v1:90,v2:10", which ParseRouteRule reads back as the
+// same rule.
 func (r RouteRule) String() string {
 	var b strings.Builder
 	if len(r.Match) > 0 {
@@ -102,7 +103,13 @@ func (r RouteRule) String() string {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(k + "=" + r.Match[k])
+			b.WriteString(k + "=")
+			if strings.HasPrefix(r.Match[k], ">") {
+				// "k=>v" would read as the arrow; ParseRouteRule trims the
+				// space off the value again.
+				b.WriteByte(' ')
+			}
+			b.WriteString(r.Match[k])
 		}
 		b.WriteString(" => ")
 	}
