@@ -49,37 +49,39 @@ const goal1Level = 128
 const unaryPayload = 32
 
 // pair is the runs of rpr and gRPC at one configuration, and of the
-// plain Streams RPC's two servers where a floor was measured there.
-type pair struct{ rpr, grpc, plain, plainConcurrent runs }
-
-// floor is the plain Streams RPC (compare.PlainClients) measured beside
-// rpr and gRPC at concurrency at, with as many client instances as rpr,
-// with each of its two servers: the one issue 18 describes, which runs a
-// batch's requests one after the other, and the same with its handlers
-// run concurrently, as an RPC server must run them (a handler that
-// blocks must not hold up the others). What a minimal design of the same
-// shape spends is the floor rpr's cost is read against.
-type floor struct {
-	redisURL string
-	at       int
+// plain Streams RPC on each of plainServers where a floor was measured
+// there.
+type pair struct {
+	rpr, grpc runs
+	plain     [len(plainServers)]runs
 }
 
+// plainServers are the plain Streams RPC's two servers (compare.PlainClients
+// calls both), measured beside rpr and gRPC at goal 1's level with as many
+// client instances as rpr, each the child mode that serves it: the one
+// issue 18 describes, which runs a batch's requests one after the other,
+// and the same with its handlers run concurrently, as an RPC server must
+// run them (a handler that blocks must not hold up the others). What a
+// minimal design of the same shape spends is the floor rpr's cost is read
+// against.
+var plainServers = [...]struct{ mode, name string }{{"plain", "plain"}, {"plainconc", "plain, concurrent"}}
+
 // measureFloor measures the plain Streams RPC on the server the child
-// mode names ("plain" or "plainconc"), started for this run alone, since
-// both servers read the same consumer group.
-func measureFloor(ctx context.Context, s *settings, srv *servers, mode string, fl *floor, inst, calls, warmup int, payload []byte, label string) (figures, error) {
-	child, err := compare.StartChild(ctx, mode+" "+fl.redisURL)
+// mode names, started for this run alone, since both servers read the
+// same consumer group.
+func measureFloor(ctx context.Context, s *settings, srv *servers, mode string, inst, c, calls, warmup int, payload []byte, label string) (figures, error) {
+	child, err := compare.StartChild(ctx, mode+" "+srv.redis.URL())
 	if err != nil {
 		return figures{}, err
 	}
 	defer child.Stop()
-	return measurePlain(ctx, s, srv, child, inst, fl.at, calls, warmup, payload, label)
+	return measurePlain(ctx, s, srv, child, inst, c, calls, warmup, payload, label)
 }
 
 // comparePairs measures rpr and gRPC s.runs times at each level with
 // payload, alternating them so that the machine's drift falls on both;
-// with a floor, the plain Streams RPC after them at its level.
-func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers, payload []byte, levels []int, calls, warmup int, fl *floor) ([]pair, error) {
+// at level floorAt (0: none), the plain Streams RPC's servers after them.
+func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers, payload []byte, levels []int, calls, warmup, floorAt int) ([]pair, error) {
 	out := make([]pair, len(levels))
 	for run := range s.runs {
 		for i, c := range levels {
@@ -102,21 +104,17 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 			}
 			f.log(log, label)
 			out[i].grpc = append(out[i].grpc, f)
-			if fl == nil || c != fl.at {
+			if c != floorAt {
 				continue
 			}
-			label = fmt.Sprintf("plain %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs)
-			if f, err = measureFloor(ctx, s, srv, "plain", fl, inst, calls, warmup, payload, label); err != nil {
-				return nil, err
+			for j, server := range plainServers {
+				label = fmt.Sprintf("%s %s c=%d inst=%d run %d/%d", server.name, size(len(payload)), c, inst, run+1, s.runs)
+				if f, err = measureFloor(ctx, s, srv, server.mode, inst, c, calls, warmup, payload, label); err != nil {
+					return nil, err
+				}
+				f.log(log, label)
+				out[i].plain[j] = append(out[i].plain[j], f)
 			}
-			f.log(log, label)
-			out[i].plain = append(out[i].plain, f)
-			label = fmt.Sprintf("plain, concurrent %s c=%d inst=%d run %d/%d", size(len(payload)), c, inst, run+1, s.runs)
-			if f, err = measureFloor(ctx, s, srv, "plainconc", fl, inst, calls, warmup, payload, label); err != nil {
-				return nil, err
-			}
-			f.log(log, label)
-			out[i].plainConcurrent = append(out[i].plainConcurrent, f)
 		}
 	}
 	return out, nil
@@ -128,7 +126,7 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		return nil, err
 	}
 	defer srv.close()
-	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup, &floor{redisURL: srv.redis.URL(), at: goal1Level})
+	pairs, err := comparePairs(ctx, s, log, srv, make([]byte, unaryPayload), unaryLevels[:], s.calls, s.warmup, goal1Level)
 	if err != nil {
 		return nil, err
 	}
@@ -147,15 +145,15 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		// instances, each with its own pipelines and blocked reader),
 		// against gRPC-go's and under rpr's.
 		{Goal: 1, Figure: fmt.Sprintf("plain Streams RPC (floor): Go CPU µs/call, c=128, %d instances", instancesFor(goal1Level, s.instances)),
-			RPR: c128.plain.med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
+			RPR: c128.plain[0].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's (floor)", RPR: c128.rpr.med(goCPU),
-			Baseline: c128.plain.med(goCPU), BaselineOf: "plain", Target: compare.NoTarget},
+			Baseline: c128.plain[0].med(goCPU), BaselineOf: "plain", Target: compare.NoTarget},
 		// The same with its handlers run concurrently, as any RPC
 		// server's are.
 		{Goal: 1, Figure: "plain Streams RPC, concurrent handlers (floor): Go CPU µs/call, c=128",
-			RPR: c128.plainConcurrent.med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
+			RPR: c128.plain[1].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's with concurrent handlers", RPR: c128.rpr.med(goCPU),
-			Baseline: c128.plainConcurrent.med(goCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
+			Baseline: c128.plain[1].med(goCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),
@@ -222,7 +220,7 @@ func runLarge(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 	defer srv.close()
 	var rows []compare.Row
 	for _, sz := range []struct{ bytes, calls int }{{64 << 10, s.calls64K}, {1 << 20, s.calls1M}} {
-		pairs, err := comparePairs(ctx, s, log, srv, make([]byte, sz.bytes), []int{largeConcurrency}, sz.calls, max(2, sz.calls/10), nil)
+		pairs, err := comparePairs(ctx, s, log, srv, make([]byte, sz.bytes), []int{largeConcurrency}, sz.calls, max(2, sz.calls/10), 0)
 		if err != nil {
 			return nil, err
 		}

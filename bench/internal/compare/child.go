@@ -81,31 +81,22 @@ func runChild(mode string) error {
 		srv.RegisterService(&rprEchoDesc, struct{}{})
 		go func() { served <- srv.Serve(ctx) }()
 		addr = "-"
-	case "plain":
+	case "plain", "plainconc":
+		serve := servePlainRPC
+		if kind == "plainconc" {
+			serve = servePlainConcurrent
+		}
 		opts, err := redis.ParseURL(arg)
 		if err != nil {
-			return fmt.Errorf("plain RPC server: %w", err)
+			return fmt.Errorf("%s server: %w", kind, err)
 		}
 		rdb := redis.NewClient(opts)
 		defer rdb.Close()
 		rdb.AddHook(sent)
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("plain RPC server: reaching Redis %s: %w", arg, err)
+			return fmt.Errorf("%s server: reaching Redis %s: %w", kind, arg, err)
 		}
-		go func() { served <- servePlainRPC(ctx, rdb) }()
-		addr = "-"
-	case "plainconc":
-		opts, err := redis.ParseURL(arg)
-		if err != nil {
-			return fmt.Errorf("concurrent plain RPC server: %w", err)
-		}
-		rdb := redis.NewClient(opts)
-		defer rdb.Close()
-		rdb.AddHook(sent)
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("concurrent plain RPC server: reaching Redis %s: %w", arg, err)
-		}
-		go func() { served <- servePlainConcurrent(ctx, rdb) }()
+		go func() { served <- serve(ctx, rdb) }()
 		addr = "-"
 	case "grpc":
 		l, err := net.Listen("tcp", "127.0.0.1:0")

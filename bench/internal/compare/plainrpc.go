@@ -38,13 +38,20 @@ const (
 // reads a batch, echoes every request to the reply stream it names, and
 // acknowledges the batch, all answers and the XACK in one pipeline.
 func servePlainRPC(ctx context.Context, rdb *redis.Client) error {
+	return servePlain(ctx, rdb, plainWorker)
+}
+
+// servePlain creates the plain RPC's consumer group and runs plainWorkers
+// goroutines of work, each a consumer of its own, until they all return;
+// it returns the first error.
+func servePlain(ctx context.Context, rdb *redis.Client, work func(ctx context.Context, rdb *redis.Client, consumer string) error) error {
 	err := rdb.XGroupCreateMkStream(ctx, plainRequests, plainGroup, "$").Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("plain RPC: creating group %s on %s: %w", plainGroup, plainRequests, err)
 	}
 	errs := make(chan error, plainWorkers)
 	for w := range plainWorkers {
-		go func() { errs <- plainWorker(ctx, rdb, "w"+strconv.Itoa(w)) }()
+		go func() { errs <- work(ctx, rdb, "w"+strconv.Itoa(w)) }()
 	}
 	var first error
 	for range plainWorkers {
@@ -55,40 +62,80 @@ func servePlainRPC(ctx context.Context, rdb *redis.Client) error {
 	return first
 }
 
+// plainWorker runs each batch it reads one request after the other, then
+// answers the batch.
 func plainWorker(ctx context.Context, rdb *redis.Client, consumer string) error {
+	var answers []plainAnswer
 	for ctx.Err() == nil {
-		streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: plainGroup, Consumer: consumer, Streams: []string{plainRequests, ">"},
-			Count: 64, Block: time.Second,
-		}).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue
-		case err != nil && ctx.Err() != nil:
-			return nil
-		case err != nil:
-			return fmt.Errorf("plain RPC worker %s: read: %w", consumer, err)
+		msgs, err := plainRead(ctx, rdb, consumer)
+		if err != nil {
+			return err
 		}
-		pipe := rdb.Pipeline()
-		var ids []string
-		for _, msg := range streams[0].Messages {
-			ids = append(ids, msg.ID)
-			reply, _ := msg.Values["r"].(string)
-			id, _ := msg.Values["id"].(string)
-			raw, _ := msg.Values["p"].(string)
-			var in wrapperspb.BytesValue // decoded and encoded again, as a handler would
-			if reply == "" || proto.Unmarshal([]byte(raw), &in) != nil {
-				continue
-			}
-			out, _ := proto.Marshal(&in)
-			pipe.XAdd(ctx, &redis.XAddArgs{Stream: reply, MaxLen: 4096, Approx: true, Values: []any{"id", id, "p", out}})
+		if len(msgs) == 0 {
+			continue // the block ran out, or ctx ended
 		}
-		pipe.XAck(ctx, plainRequests, plainGroup, ids...)
-		if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
+		answers = answers[:0]
+		for _, msg := range msgs {
+			answers = append(answers, plainHandle(msg))
+		}
+		if err := plainAnswerAll(ctx, rdb, answers); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("plain RPC worker %s: answer: %w", consumer, err)
 		}
 	}
 	return nil
+}
+
+// plainRead reads the next batch of requests for consumer: none when the
+// read's block ran out or ctx ended.
+func plainRead(ctx context.Context, rdb *redis.Client, consumer string) ([]redis.XMessage, error) {
+	streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: plainGroup, Consumer: consumer, Streams: []string{plainRequests, ">"},
+		Count: 64, Block: time.Second,
+	}).Result()
+	switch {
+	case errors.Is(err, redis.Nil), err != nil && ctx.Err() != nil:
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("plain RPC %s: read: %w", consumer, err)
+	}
+	return streams[0].Messages, nil
+}
+
+// plainAnswer is one request's outcome: out is nil for a request that
+// could not be decoded, which is acknowledged without an answer.
+type plainAnswer struct {
+	entryID, replyTo, callID string
+	out                      []byte
+}
+
+// plainHandle decodes one request and encodes its echo, as a handler
+// would.
+func plainHandle(msg redis.XMessage) plainAnswer {
+	a := plainAnswer{entryID: msg.ID}
+	a.replyTo, _ = msg.Values["r"].(string)
+	a.callID, _ = msg.Values["id"].(string)
+	raw, _ := msg.Values["p"].(string)
+	var in wrapperspb.BytesValue
+	if a.replyTo != "" && proto.Unmarshal([]byte(raw), &in) == nil {
+		a.out, _ = proto.Marshal(&in)
+	}
+	return a
+}
+
+// plainAnswerAll writes answers to their reply streams and acknowledges
+// their entries, in one pipeline.
+func plainAnswerAll(ctx context.Context, rdb *redis.Client, answers []plainAnswer) error {
+	pipe := rdb.Pipeline()
+	ids := make([]string, 0, len(answers))
+	for _, a := range answers {
+		ids = append(ids, a.entryID)
+		if a.out != nil {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: a.replyTo, MaxLen: 4096, Approx: true, Values: []any{"id", a.callID, "p", a.out}})
+		}
+	}
+	pipe.XAck(ctx, plainRequests, plainGroup, ids...)
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // PlainClients are client instances of the plain Streams RPC, each with
