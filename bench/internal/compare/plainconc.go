@@ -62,20 +62,9 @@ func plainReadConcurrent(ctx context.Context, rdb *redis.Client, consumer string
 func plainComplete(ctx context.Context, rdb *redis.Client, answers <-chan plainAnswer, slots <-chan struct{}) {
 	batch := make([]plainAnswer, 0, plainConcurrency)
 	for {
-		select {
-		case a := <-answers:
-			batch = append(batch[:0], a)
-		case <-ctx.Done():
+		var ok bool
+		if batch, ok = nextBatch(ctx, answers, batch, plainConcurrency); !ok {
 			return
-		}
-	fill:
-		for len(batch) < plainConcurrency {
-			select {
-			case a := <-answers:
-				batch = append(batch, a)
-			default:
-				break fill
-			}
 		}
 		_ = plainAnswerAll(ctx, rdb, batch) // a failed answer is a call that times out, which fails the run
 		for range batch {

@@ -261,20 +261,9 @@ func (p *plainInstance) send() {
 	defer p.wg.Done()
 	batch := make([]*plainCall, 0, plainMaxBatch)
 	for {
-		select {
-		case c := <-p.sends:
-			batch = append(batch[:0], c)
-		case <-p.ctx.Done():
+		var ok bool
+		if batch, ok = nextBatch(p.ctx, p.sends, batch, plainMaxBatch); !ok {
 			return
-		}
-	fill:
-		for len(batch) < plainMaxBatch {
-			select {
-			case c := <-p.sends:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
 		}
 		pipe := p.rdb.Pipeline()
 		for _, c := range batch {
@@ -323,4 +312,25 @@ func (p *plainInstance) close() {
 	p.cancel()
 	_ = p.rdb.Close()
 	p.wg.Wait()
+}
+
+// nextBatch waits for one item on ch, then takes into batch[:0] whatever
+// else is queued, up to limit items, without waiting: whatever arrived while
+// the previous batch was being written. ok is false when ctx ended first.
+func nextBatch[T any](ctx context.Context, ch <-chan T, batch []T, limit int) (_ []T, ok bool) {
+	select {
+	case item := <-ch:
+		batch = append(batch[:0], item)
+	case <-ctx.Done():
+		return batch, false
+	}
+	for len(batch) < limit {
+		select {
+		case item := <-ch:
+			batch = append(batch, item)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
 }
