@@ -73,10 +73,12 @@ func TestRouteRuleWeights(t *testing.T) {
 }
 
 // TestRouteRuleStringReadsBack checks that a rule String writes is read
-// back as the same rule, a header value that starts with '>' included
-// (written next to its '=', it would read as the arrow).
+// back as the same rule, header values that start with '>' or hold "=>"
+// included (written next to its '=', such a value holds an arrow before
+// the rule's own).
 func TestRouteRuleStringReadsBack(t *testing.T) {
-	for _, spec := range []string{"x-version= >2 => v2", "a= >,b= >=1 => v1:1,v2:3", "x-canary=true => v2", "v1:90,v2:10"} {
+	for _, spec := range []string{"x-version= >2 => v2", "a= >,b= >=1 => v1:1,v2:3", "x-canary=true => v2", "v1:90,v2:10",
+		"x-version=>2 => v2", "x=a=>b => v1:1,v2:1"} {
 		r, err := ParseRouteRule(spec)
 		if err != nil {
 			t.Fatalf("ParseRouteRule(%q): %v", spec, err)

@@ -103,13 +103,7 @@ func (r RouteRule) String() string {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(k + "=")
-			if strings.HasPrefix(r.Match[k], ">") {
-				// "k=>v" would read as the arrow; ParseRouteRule trims the
-				// space off the value again.
-				b.WriteByte(' ')
-			}
-			b.WriteString(r.Match[k])
+			b.WriteString(k + "=" + r.Match[k])
 		}
 		b.WriteString(" => ")
 	}
@@ -134,9 +128,11 @@ func (r RouteRule) String() string {
 //	tenant=acme,x-beta=1 => v2:50,default:50
 func ParseRouteRule(spec string) (RouteRule, error) {
 	var rule RouteRule
-	match, lanes, hasMatch := strings.Cut(spec, "=>")
-	if !hasMatch {
-		lanes, match = match, ""
+	// The arrow is the last "=>": lanes and weights never hold '=', but a
+	// header value may ("x=>2 => v2" matches x: ">2").
+	match, lanes, hasMatch := "", spec, false
+	if i := strings.LastIndex(spec, "=>"); i >= 0 {
+		match, lanes, hasMatch = spec[:i], spec[i+len("=>"):], true
 	}
 	if hasMatch {
 		rule.Match = map[string]string{}
