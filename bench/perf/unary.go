@@ -64,7 +64,16 @@ type pair struct {
 // run them (a handler that blocks must not hold up the others). What a
 // minimal design of the same shape spends is the floor rpr's cost is read
 // against.
-var plainServers = [...]struct{ mode, name string }{{"plain", "plain"}, {"plainconc", "plain, concurrent"}}
+var plainServers = [...]struct{ mode, name string }{
+	sequentialFloor: {"plain", "plain"},
+	concurrentFloor: {"plainconc", "plain, concurrent"},
+}
+
+// The indices of plainServers, and of pair.plain.
+const (
+	sequentialFloor = iota
+	concurrentFloor
+)
 
 // measureFloor measures the plain Streams RPC on the server the child
 // mode names, started for this run alone, since both servers read the
@@ -145,15 +154,15 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		// instances, each with its own pipelines and blocked reader),
 		// against gRPC-go's and under rpr's.
 		{Goal: 1, Figure: fmt.Sprintf("plain Streams RPC (floor): Go CPU µs/call, c=128, %d instances", instancesFor(goal1Level, s.instances)),
-			RPR: c128.plain[0].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
+			RPR: c128.plain[sequentialFloor].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's (floor)", RPR: c128.rpr.med(goCPU),
-			Baseline: c128.plain[0].med(goCPU), BaselineOf: "plain", Target: compare.NoTarget},
+			Baseline: c128.plain[sequentialFloor].med(goCPU), BaselineOf: "plain", Target: compare.NoTarget},
 		// The same with its handlers run concurrently, as any RPC
 		// server's are.
 		{Goal: 1, Figure: "plain Streams RPC, concurrent handlers (floor): Go CPU µs/call, c=128",
-			RPR: c128.plain[1].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
+			RPR: c128.plain[concurrentFloor].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's with concurrent handlers", RPR: c128.rpr.med(goCPU),
-			Baseline: c128.plain[1].med(goCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
+			Baseline: c128.plain[concurrentFloor].med(goCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),
