@@ -4,7 +4,8 @@ package main
 // and at 128 concurrent callers, the server in a child process. Beside
 // it, the same figure for the plain Streams RPC (compare.PlainClients) at
 // the extremes: what the growth is when nothing but the traffic's shape
-// changes, the floor rpr's growth is read against.
+// changes, the floor rpr's growth is read against, and the growth with
+// the plain RPC's answers pushed to its clients instead.
 
 import (
 	"context"
@@ -24,22 +25,28 @@ var (
 	plainInstances = [...]int{1, 16}
 )
 
+// scaleFloors are the plain Streams RPC servers measured beside rpr: the
+// sequential one, the floor goal 3's growth is read against, and the one
+// with its answers pushed, which shows how much of the growth a push
+// design would take away.
+var scaleFloors = [...]plainServer{plainServers[sequentialFloor], plainServers[pushedFloor]}
+
+// The indices of scaleFloors.
+const (
+	scaleFloor = iota
+	scalePushed
+)
+
 func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
 	srv, err := startServers(ctx, s.redisBin, false, log)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.close()
-	plain, err := compare.StartChild(ctx, "plain "+srv.redis.URL())
-	if err != nil {
-		return nil, err
-	}
-	defer plain.Stop()
-	fmt.Fprintf(log, "  plain Streams RPC server child pid %d\n", plain.Pid())
 	// byLevel[i][j]: the runs at scaleLevels[i] with scaleInstances[j];
-	// plainBy[i][j] the plain RPC's with plainInstances[j].
+	// plainBy[k][i][j] scaleFloors[k]'s with plainInstances[j].
 	var byLevel [len(scaleLevels)][len(scaleInstances)]runs
-	var plainBy [len(scaleLevels)][len(plainInstances)]runs
+	var plainBy [len(scaleFloors)][len(scaleLevels)][len(plainInstances)]runs
 	payload := make([]byte, unaryPayload)
 	for run := range s.runs {
 		for i, c := range scaleLevels {
@@ -57,14 +64,16 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 				f.log(log, label)
 				byLevel[i][j] = append(byLevel[i][j], f)
 			}
-			for j, inst := range plainInstances {
-				label := fmt.Sprintf("plain c=%d inst=%d run %d/%d", c, inst, run+1, s.runs)
-				f, err := measurePlain(ctx, s, srv, plain, inst, c, s.calls, s.warmup, payload, label)
-				if err != nil {
-					return nil, err
+			for k, server := range scaleFloors {
+				for j, inst := range plainInstances {
+					label := fmt.Sprintf("%s c=%d inst=%d run %d/%d", server.name, c, inst, run+1, s.runs)
+					f, err := measureFloor(ctx, s, srv, server, inst, c, s.calls, s.warmup, payload, label)
+					if err != nil {
+						return nil, err
+					}
+					f.log(log, label)
+					plainBy[k][i][j] = append(plainBy[k][i][j], f)
 				}
-				f.log(log, label)
-				plainBy[i][j] = append(plainBy[i][j], f)
 			}
 		}
 	}
@@ -91,24 +100,30 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		// column, being the system measured), and rpr's growth over it
 		// with the goal's 15%: the part of the growth rpr's design adds.
 		lastPlain := len(plainInstances) - 1
-		plainGrowth := plainBy[i][lastPlain].med(redisCPU) / plainBy[i][0].med(redisCPU)
+		floor, pushed := &plainBy[scaleFloor][i], &plainBy[scalePushed][i]
+		plainGrowth := floor[lastPlain].med(redisCPU) / floor[0].med(redisCPU)
 		rprGrowth := byLevel[i][last].med(redisCPU) / one
 		rows = append(rows, compare.Row{
 			Goal: 3, Figure: fmt.Sprintf("plain Streams RPC (floor): Redis CPU µs/call, %d instances, c=%d", plainInstances[lastPlain], c),
-			RPR: plainBy[i][lastPlain].med(redisCPU), Baseline: plainBy[i][0].med(redisCPU), BaselineOf: "1 instance", Target: compare.NoTarget,
+			RPR: floor[lastPlain].med(redisCPU), Baseline: floor[0].med(redisCPU), BaselineOf: "1 instance", Target: compare.NoTarget,
 		}, compare.Row{
 			Goal: 3, Figure: fmt.Sprintf("growth of Redis CPU/call 1 -> %d instances, c=%d, over the floor's", scaleInstances[last], c),
 			RPR: rprGrowth, Baseline: plainGrowth, BaselineOf: "plain", Target: compare.RatioAtMost(scaleTarget),
+		}, compare.Row{
+			// What a push design would leave of the growth.
+			Goal: 3, Figure: fmt.Sprintf("plain Streams RPC, answers pushed: Redis CPU µs/call, %d instances, c=%d", plainInstances[lastPlain], c),
+			RPR: pushed[lastPlain].med(redisCPU), Baseline: pushed[0].med(redisCPU), BaselineOf: "1 instance", Target: compare.NoTarget,
 		})
 	}
 	return rows, nil
 }
 
-// measurePlain measures the plain Streams RPC with instances client
-// instances, c callers and calls measured calls after warmup, in the run
-// called label (its profiles' name).
-func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, instances, c, calls, warmup int, payload []byte, label string) (figures, error) {
-	clients, err := compare.StartPlainClients(ctx, srv.redis.URL(), instances)
+// measurePlain measures the plain Streams RPC served by child with
+// instances client instances (taking their answers pushed, when pushed),
+// c callers and calls measured calls after warmup, in the run called
+// label (its profiles' name).
+func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, pushed bool, instances, c, calls, warmup int, payload []byte, label string) (figures, error) {
+	clients, err := compare.StartPlainClients(ctx, srv.redis.URL(), instances, pushed)
 	if err != nil {
 		return figures{}, err
 	}

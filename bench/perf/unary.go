@@ -64,27 +64,42 @@ type pair struct {
 // run them (a handler that blocks must not hold up the others). What a
 // minimal design of the same shape spends is the floor rpr's cost is read
 // against.
-var plainServers = [...]struct{ mode, name string }{
-	sequentialFloor: {"plain", "plain"},
-	concurrentFloor: {"plainconc", "plain, concurrent"},
+//
+// The third is the concurrent one with its answers pushed to a
+// subscription of each client instance (still added to its reply stream,
+// the durable record) instead of read by a blocking read the instance
+// makes again after each batch: the floor of a push design, a change of
+// rpr's protocol that docs/performance.md weighs.
+var plainServers = [...]plainServer{
+	sequentialFloor: {"plain", "plain", false},
+	concurrentFloor: {"plainconc", "plain, concurrent", false},
+	pushedFloor:     {"plainpush", "plain, pushed", true},
+}
+
+// plainServer is a plain Streams RPC server: the child mode that serves
+// it, its name in the log, and whether its clients take their answers
+// pushed.
+type plainServer struct {
+	mode, name string
+	pushed     bool
 }
 
 // The indices of plainServers, and of pair.plain.
 const (
 	sequentialFloor = iota
 	concurrentFloor
+	pushedFloor
 )
 
-// measureFloor measures the plain Streams RPC on the server the child
-// mode names, started for this run alone, since both servers read the
-// same consumer group.
-func measureFloor(ctx context.Context, s *settings, srv *servers, mode string, inst, c, calls, warmup int, payload []byte, label string) (figures, error) {
-	child, err := compare.StartChild(ctx, mode+" "+srv.redis.URL())
+// measureFloor measures the plain Streams RPC on server, started for this
+// run alone, since all its servers read the same consumer group.
+func measureFloor(ctx context.Context, s *settings, srv *servers, server plainServer, inst, c, calls, warmup int, payload []byte, label string) (figures, error) {
+	child, err := compare.StartChild(ctx, server.mode+" "+srv.redis.URL())
 	if err != nil {
 		return figures{}, err
 	}
 	defer child.Stop()
-	return measurePlain(ctx, s, srv, child, inst, c, calls, warmup, payload, label)
+	return measurePlain(ctx, s, srv, child, server.pushed, inst, c, calls, warmup, payload, label)
 }
 
 // comparePairs measures rpr and gRPC s.runs times at each level with
@@ -118,7 +133,7 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 			}
 			for j, server := range plainServers {
 				label = fmt.Sprintf("%s %s c=%d inst=%d run %d/%d", server.name, size(len(payload)), c, inst, run+1, s.runs)
-				if f, err = measureFloor(ctx, s, srv, server.mode, inst, c, calls, warmup, payload, label); err != nil {
+				if f, err = measureFloor(ctx, s, srv, server, inst, c, calls, warmup, payload, label); err != nil {
 					return nil, err
 				}
 				f.log(log, label)
@@ -141,6 +156,7 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 	}
 	c1, c128 := pairs[0], pairs[2]
 	goCPU := func(f figures) float64 { return f.goCPU() }
+	callersCPU := func(f figures) float64 { return f.callersCPU() }
 	total := func(f figures) float64 { return f.totalCPU() }
 	allocs := func(f figures) float64 { return f.allocs() }
 	rows := []compare.Row{
@@ -163,6 +179,11 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 			RPR: c128.plain[concurrentFloor].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's with concurrent handlers", RPR: c128.rpr.med(goCPU),
 			Baseline: c128.plain[concurrentFloor].med(goCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
+		// And with its answers pushed: the floor of a push design.
+		{Goal: 1, Figure: "plain Streams RPC, answers pushed (floor): Go CPU µs/call, c=128",
+			RPR: c128.plain[pushedFloor].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
+		{Goal: 1, Figure: "plain Streams RPC, answers pushed ÷ read: callers' Go CPU/call, c=128",
+			RPR: c128.plain[pushedFloor].med(callersCPU), Baseline: c128.plain[concurrentFloor].med(callersCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),

@@ -32,7 +32,8 @@ import (
 // child (RunChildIfAsked): "rpr <redis URL>" serves the echo service on
 // rpr, "plain <redis URL>" serves it on the plain Streams RPC (see
 // StartPlainClients), "plainconc <redis URL>" on the same with its
-// handlers run concurrently, "grpc" serves it on gRPC-go on a free loopback port.
+// handlers run concurrently, "plainpush <redis URL>" on that with its
+// answers pushed (StartPlainClients with pushed), "grpc" serves it on gRPC-go on a free loopback port.
 const ChildEnv = "RPR_BENCH_CHILD"
 
 // ChildServerConcurrency is the rpr child's ServerOptions.Concurrency:
@@ -81,11 +82,10 @@ func runChild(mode string) error {
 		srv.RegisterService(&rprEchoDesc, struct{}{})
 		go func() { served <- srv.Serve(ctx) }()
 		addr = "-"
-	case "plain", "plainconc":
-		serve := servePlainRPC
-		if kind == "plainconc" {
-			serve = servePlainConcurrent
-		}
+	case "plain", "plainconc", "plainpush":
+		serve := map[string]func(context.Context, *redis.Client) error{
+			"plain": servePlainRPC, "plainconc": servePlainConcurrent, "plainpush": servePlainPushed,
+		}[kind]
 		opts, err := redis.ParseURL(arg)
 		if err != nil {
 			return fmt.Errorf("%s server: %w", kind, err)
@@ -111,7 +111,7 @@ func runChild(mode string) error {
 		}()
 		addr = l.Addr().String()
 	default:
-		return fmt.Errorf("%s=%q: want \"rpr <redis URL>\", \"plain <redis URL>\", \"plainconc <redis URL>\" or \"grpc\"", ChildEnv, mode)
+		return fmt.Errorf("%s=%q: want \"rpr <redis URL>\", \"plain <redis URL>\", \"plainconc <redis URL>\", \"plainpush <redis URL>\" or \"grpc\"", ChildEnv, mode)
 	}
 	fmt.Printf("ready %s\n", addr)
 

@@ -22,12 +22,21 @@ const plainConcurrency = ChildServerConcurrency
 // servePlainConcurrent serves the plain echo on rdb until ctx ends, each
 // request on a goroutine of its own.
 func servePlainConcurrent(ctx context.Context, rdb *redis.Client) error {
+	return servePlainConcurrentWith(ctx, rdb, plainAnswerAll)
+}
+
+// answerWriter writes a batch of answers and acknowledges their requests.
+type answerWriter func(ctx context.Context, rdb *redis.Client, answers []plainAnswer) error
+
+// servePlainConcurrentWith serves the plain echo on rdb until ctx ends,
+// each request on a goroutine of its own, writing answers with write.
+func servePlainConcurrentWith(ctx context.Context, rdb *redis.Client, write answerWriter) error {
 	answers := make(chan plainAnswer, plainConcurrency)
 	slots := make(chan struct{}, plainConcurrency) // a token per request running or being answered
 	completed := make(chan struct{})
 	go func() {
 		defer close(completed)
-		plainComplete(ctx, rdb, answers, slots)
+		plainComplete(ctx, rdb, write, answers, slots)
 	}()
 	err := servePlain(ctx, rdb, func(ctx context.Context, rdb *redis.Client, consumer string) error {
 		return plainReadConcurrent(ctx, rdb, consumer, answers, slots)
@@ -59,14 +68,14 @@ func plainReadConcurrent(ctx context.Context, rdb *redis.Client, consumer string
 // plainComplete writes answers as they come, all that arrived while the
 // previous pipeline was in flight in the next, and gives back their
 // slots, until ctx ends.
-func plainComplete(ctx context.Context, rdb *redis.Client, answers <-chan plainAnswer, slots <-chan struct{}) {
+func plainComplete(ctx context.Context, rdb *redis.Client, write answerWriter, answers <-chan plainAnswer, slots <-chan struct{}) {
 	batch := make([]plainAnswer, 0, plainConcurrency)
 	for {
 		var ok bool
 		if batch, ok = nextBatch(ctx, answers, batch, plainConcurrency); !ok {
 			return
 		}
-		_ = plainAnswerAll(ctx, rdb, batch) // a failed answer is a call that times out, which fails the run
+		_ = write(ctx, rdb, batch) // a failed answer is a call that times out, which fails the run
 		for range batch {
 			<-slots
 		}

@@ -145,8 +145,9 @@ type PlainClients struct {
 }
 
 // StartPlainClients opens n plain client instances through the Redis at
-// redisURL.
-func StartPlainClients(ctx context.Context, redisURL string, n int) (*PlainClients, error) {
+// redisURL. With pushed, each takes its answers from a subscription
+// (the "plainpush" server's) instead of reading its reply stream.
+func StartPlainClients(ctx context.Context, redisURL string, n int, pushed bool) (*PlainClients, error) {
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("plain RPC clients: %w", err)
@@ -154,7 +155,12 @@ func StartPlainClients(ctx context.Context, redisURL string, n int) (*PlainClien
 	c := &PlainClients{}
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	for i := range n {
-		c.instances = append(c.instances, startPlainInstance(redis.NewClient(opts), "plainrpc:reply:"+tag+":"+strconv.Itoa(i)))
+		inst, err := startPlainInstance(ctx, redis.NewClient(opts), "plainrpc:reply:"+tag+":"+strconv.Itoa(i), pushed)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.instances = append(c.instances, inst)
 	}
 	return c, nil
 }
@@ -190,6 +196,7 @@ type plainInstance struct {
 	rdb    *redis.Client
 	reply  string
 	sends  chan *plainCall
+	pushed *redis.PubSub // the subscription answers come on, if pushed
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -210,13 +217,29 @@ type plainResult struct {
 	err     error
 }
 
-func startPlainInstance(rdb *redis.Client, reply string) *plainInstance {
+// startPlainInstance starts an instance answered on reply, read as a
+// stream or, when pushed, from its subscription to the channel of that
+// name.
+func startPlainInstance(ctx context.Context, rdb *redis.Client, reply string, pushed bool) (*plainInstance, error) {
 	p := &plainInstance{rdb: rdb, reply: reply, sends: make(chan *plainCall, 4096), waiting: map[string]*plainCall{}}
+	var answers *redis.PubSub
+	if pushed {
+		var err error
+		if answers, err = subscribePushed(ctx, rdb, reply); err != nil {
+			_ = rdb.Close()
+			return nil, err
+		}
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(2)
 	go p.send()
-	go p.read()
-	return p
+	if pushed {
+		p.pushed = answers
+		go p.readPushed()
+	} else {
+		go p.read()
+	}
+	return p, nil
 }
 
 func (p *plainInstance) call(ctx context.Context, in *wrapperspb.BytesValue) error {
@@ -295,11 +318,16 @@ func (p *plainInstance) read() {
 		for _, msg := range streams[0].Messages {
 			last = msg.ID
 			id, _ := msg.Values["id"].(string)
-			if c := p.take(id); c != nil {
-				payload, _ := msg.Values["p"].(string)
-				c.done <- plainResult{payload: payload}
-			}
+			payload, _ := msg.Values["p"].(string)
+			p.answer(id, payload)
 		}
+	}
+}
+
+// answer hands payload to the call waiting under id, if one is.
+func (p *plainInstance) answer(id, payload string) {
+	if c := p.take(id); c != nil {
+		c.done <- plainResult{payload: payload}
 	}
 }
 
@@ -310,6 +338,9 @@ func (p *plainInstance) close() {
 	_ = p.rdb.Del(ctx, p.reply).Err()
 	cancel()
 	p.cancel()
+	if p.pushed != nil {
+		_ = p.pushed.Close() // ends readPushed's receive
+	}
 	_ = p.rdb.Close()
 	p.wg.Wait()
 }
