@@ -218,7 +218,7 @@ func printSettings(w io.Writer, s *settings) {
 		fmt.Fprintf(w, "  at c=128 also the plain Streams RPC (the floor) over as many client instances, with its server in a child process running a batch one request after another, then with one running each request on a goroutine of its own\n")
 	}
 	if slices.Contains(s.only, "scale") {
-		fmt.Fprintf(w, "scale (goal 3): %d B echo at c=%v, rpr with %v client instances, the plain Streams RPC (the floor) with %v, %d calls + %d warm-up per run\n",
+		fmt.Fprintf(w, "scale (goal 3): %d B echo at c=%v, rpr with %v client instances, the plain Streams RPC (the floor) with %v, then one with concurrent handlers and its answers pushed, %d calls + %d warm-up per run\n",
 			unaryPayload, scaleLevels, scaleInstances, plainInstances, s.calls, s.warmup)
 	}
 	if slices.Contains(s.only, "large") {

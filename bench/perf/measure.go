@@ -159,15 +159,13 @@ func (f figures) µs(d time.Duration) float64 {
 	return float64(d.Nanoseconds()) / 1e3 / float64(f.calls)
 }
 
-// goCPU is µs of Go CPU per call, both processes; callersCPU the
-// callers' process's alone.
-func (f figures) goCPU() float64      { return f.µs(f.parentCPU + f.childCPU) }
-func (f figures) callersCPU() float64 { return f.µs(f.parentCPU) }
-func (f figures) redisCPU() float64   { return f.µs(f.redisTime) }
-func (f figures) totalCPU() float64   { return f.µs(f.parentCPU + f.childCPU + f.redisTime) }
-func (f figures) cmds() float64       { return float64(f.redisCmds) / float64(f.calls) }
-func (f figures) io() float64         { return float64(f.redisIO) / float64(f.calls) }
-func (f figures) allocs() float64     { return float64(f.mallocs) / float64(f.calls) }
+// goCPU is µs of Go CPU per call, both processes.
+func (f figures) goCPU() float64    { return f.µs(f.parentCPU + f.childCPU) }
+func (f figures) redisCPU() float64 { return f.µs(f.redisTime) }
+func (f figures) totalCPU() float64 { return f.µs(f.parentCPU + f.childCPU + f.redisTime) }
+func (f figures) cmds() float64     { return float64(f.redisCmds) / float64(f.calls) }
+func (f figures) io() float64       { return float64(f.redisIO) / float64(f.calls) }
+func (f figures) allocs() float64   { return float64(f.mallocs) / float64(f.calls) }
 func (f figures) bytesPerCall() float64 {
 	return float64(f.bytes) / float64(f.calls)
 }

@@ -64,16 +64,9 @@ type pair struct {
 // run them (a handler that blocks must not hold up the others). What a
 // minimal design of the same shape spends is the floor rpr's cost is read
 // against.
-//
-// The third is the concurrent one with its answers pushed to a
-// subscription of each client instance (still added to its reply stream,
-// the durable record) instead of read by a blocking read the instance
-// makes again after each batch: the floor of a push design, a change of
-// rpr's protocol that docs/performance.md weighs.
 var plainServers = [...]plainServer{
 	sequentialFloor: {"plain", "plain", false},
 	concurrentFloor: {"plainconc", "plain, concurrent", false},
-	pushedFloor:     {"plainpush", "plain, pushed", true},
 }
 
 // plainServer is a plain Streams RPC server: the child mode that serves
@@ -88,7 +81,6 @@ type plainServer struct {
 const (
 	sequentialFloor = iota
 	concurrentFloor
-	pushedFloor
 )
 
 // measureFloor measures the plain Streams RPC on server, started for this
@@ -156,7 +148,6 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 	}
 	c1, c128 := pairs[0], pairs[2]
 	goCPU := func(f figures) float64 { return f.goCPU() }
-	callersCPU := func(f figures) float64 { return f.callersCPU() }
 	total := func(f figures) float64 { return f.totalCPU() }
 	allocs := func(f figures) float64 { return f.allocs() }
 	rows := []compare.Row{
@@ -179,11 +170,6 @@ func runUnary(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 			RPR: c128.plain[concurrentFloor].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
 		{Goal: 1, Figure: "Go CPU/call, c=128, ÷ the plain Streams RPC's with concurrent handlers", RPR: c128.rpr.med(goCPU),
 			Baseline: c128.plain[concurrentFloor].med(goCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
-		// And with its answers pushed: the floor of a push design.
-		{Goal: 1, Figure: "plain Streams RPC, answers pushed (floor): Go CPU µs/call, c=128",
-			RPR: c128.plain[pushedFloor].med(goCPU), Baseline: c128.grpc.med(goCPU), BaselineOf: "gRPC", Target: compare.NoTarget},
-		{Goal: 1, Figure: "plain Streams RPC, answers pushed ÷ read: callers' Go CPU/call, c=128",
-			RPR: c128.plain[pushedFloor].med(callersCPU), Baseline: c128.plain[concurrentFloor].med(callersCPU), BaselineOf: "plain, conc.", Target: compare.NoTarget},
 		{Goal: 1, Figure: "allocs/call, c=128 (both processes)", RPR: c128.rpr.med(allocs),
 			Baseline: issue18AllocsPerCall, BaselineOf: "issue 18", Target: compare.RatioAtMost(0.5)},
 		vsGRPC(1, "allocs/call, c=128, against gRPC's", c128, allocs, compare.NoTarget),
