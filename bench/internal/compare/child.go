@@ -33,7 +33,8 @@ import (
 // rpr, "plain <redis URL>" serves it on the plain Streams RPC (see
 // StartPlainClients), "plainconc <redis URL>" on the same with its
 // handlers run concurrently, "plainpush <redis URL>" on that with its
-// answers pushed (StartPlainClients with pushed), "grpc" serves it on gRPC-go on a free loopback port.
+// answers pushed (StartPlainClients with pushed), "grpc" serves it on
+// gRPC-go on a free loopback port.
 const ChildEnv = "RPR_BENCH_CHILD"
 
 // ChildServerConcurrency is the rpr child's ServerOptions.Concurrency:

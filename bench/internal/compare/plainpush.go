@@ -7,9 +7,9 @@ package compare
 // record a client would read again after its subscription broke, and
 // publishes the entry's id and the answer on a channel of the stream's
 // name; the client instances read their subscriptions and never read
-// their streams. The subscription is the one round trip of a call that
-// a client no longer issues: a blocking read, made again after each
-// batch of answers it brings.
+// their streams. What a client no longer issues is the blocking read it
+// makes again after each batch of answers, one round trip in a few
+// calls.
 //
 // A real client would also have to read its stream after a broken
 // subscription (everything after the last id it was pushed) and while a

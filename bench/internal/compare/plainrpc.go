@@ -222,19 +222,18 @@ type plainResult struct {
 // name.
 func startPlainInstance(ctx context.Context, rdb *redis.Client, reply string, pushed bool) (*plainInstance, error) {
 	p := &plainInstance{rdb: rdb, reply: reply, sends: make(chan *plainCall, 4096), waiting: map[string]*plainCall{}}
-	var answers *redis.PubSub
 	if pushed {
-		var err error
-		if answers, err = subscribePushed(ctx, rdb, reply); err != nil {
+		sub, err := subscribePushed(ctx, rdb, reply)
+		if err != nil {
 			_ = rdb.Close()
 			return nil, err
 		}
+		p.pushed = sub
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(2)
 	go p.send()
-	if pushed {
-		p.pushed = answers
+	if p.pushed != nil {
 		go p.readPushed()
 	} else {
 		go p.read()
