@@ -122,20 +122,3 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 	}
 	return rows, nil
 }
-
-// measurePlain measures the plain Streams RPC served by child with
-// instances client instances (taking their answers pushed, when pushed),
-// c callers and calls measured calls after warmup, in the run called
-// label (its profiles' name).
-func measurePlain(ctx context.Context, s *settings, srv *servers, child *compare.Child, pushed bool, instances, c, calls, warmup int, payload []byte, label string) (figures, error) {
-	clients, err := compare.StartPlainClients(ctx, srv.redis.URL(), instances, pushed)
-	if err != nil {
-		return figures{}, err
-	}
-	defer clients.Close()
-	if err := clients.WaitServed(ctx); err != nil {
-		return figures{}, err
-	}
-	sys := system{name: "plain", call: clients.Call, child: child, admin: srv.admin}
-	return measure(ctx, sys, payload, c, calls, warmup, s.runTimeout, s.profilePath(label))
-}

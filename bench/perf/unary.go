@@ -84,14 +84,25 @@ const (
 )
 
 // measureFloor measures the plain Streams RPC on server, started for this
-// run alone, since all its servers read the same consumer group.
+// run alone (all its servers read the same consumer group), with inst
+// client instances, c callers and calls measured calls after warmup, in
+// the run called label (its profiles' name).
 func measureFloor(ctx context.Context, s *settings, srv *servers, server plainServer, inst, c, calls, warmup int, payload []byte, label string) (figures, error) {
 	child, err := compare.StartChild(ctx, server.mode+" "+srv.redis.URL())
 	if err != nil {
 		return figures{}, err
 	}
 	defer child.Stop()
-	return measurePlain(ctx, s, srv, child, server.pushed, inst, c, calls, warmup, payload, label)
+	clients, err := compare.StartPlainClients(ctx, srv.redis.URL(), inst, server.pushed)
+	if err != nil {
+		return figures{}, err
+	}
+	defer clients.Close()
+	if err := clients.WaitServed(ctx); err != nil {
+		return figures{}, err
+	}
+	sys := system{name: "plain", call: clients.Call, child: child, admin: srv.admin}
+	return measure(ctx, sys, payload, c, calls, warmup, s.runTimeout, s.profilePath(label))
 }
 
 // comparePairs measures rpr and gRPC s.runs times at each level with
