@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -84,7 +85,10 @@ func (p *plainInstance) readPushed() {
 	for p.ctx.Err() == nil {
 		msg, err := p.pushed.ReceiveMessage(p.ctx)
 		if err != nil {
-			continue // closed (the loop ends), or go-redis reconnects it
+			if p.ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond) // a broken connection: go-redis subscribes again on the next receive
+			}
+			continue
 		}
 		_, rest, _ := strings.Cut(msg.Payload, "\x00") // the entry's id
 		id, payload, _ := strings.Cut(rest, "\x00")
