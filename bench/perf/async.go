@@ -22,7 +22,7 @@ const asyncMinRatio = 5
 
 func runAsync(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
 	var rprRate, asynqRate, rprCmds, asynqCmds, rprCPU, asynqCPU []float64
-	for run := range s.runs {
+	for run := range s.asyncRuns {
 		res, err := compare.RunAsync(ctx, compare.AsyncOptions{Tasks: s.asyncTasks, RedisServer: s.redisBin, Timeout: s.runTimeout})
 		if err != nil {
 			return nil, err

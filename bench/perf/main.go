@@ -31,16 +31,31 @@ import (
 // settings are the run's, all from flags, printed at the top.
 type settings struct {
 	calls, warmup, runs int
-	instances           int
-	calls64K, calls1M   int
-	asyncTasks          int
-	idleWindow, settle  time.Duration
-	runTimeout          time.Duration
-	only                []string
-	redisBin            string
+	// callsBusy are the unary section's measured calls per run at goal
+	// 1's level (see unaryCalls).
+	callsBusy int
+	// asyncRuns are goal 2's runs, more than the others': each is short,
+	// and asynq's rate moves by a third between runs.
+	asyncRuns          int
+	instances          int
+	calls64K, calls1M  int
+	asyncTasks         int
+	idleWindow, settle time.Duration
+	runTimeout         time.Duration
+	only               []string
+	redisBin           string
 	// profileDir, when set, receives CPU profiles of every measured run
 	// (see settings.profilePath).
 	profileDir string
+}
+
+// unaryCalls is how many calls the unary section measures per run at
+// concurrency c: callsBusy at goal 1's level, calls below it.
+func (s *settings) unaryCalls(c int) int {
+	if c >= goal1Level {
+		return s.callsBusy
+	}
+	return s.calls
 }
 
 // profilePath is where the CPU profiles of the run called label go, as
@@ -138,19 +153,21 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	var only string
 	var quick bool
 	fs.IntVar(&s.calls, "calls", 20_000, "measured calls per run of the 32-byte echo (unary and scale)")
+	fs.IntVar(&s.callsBusy, "calls-c128", 100_000, "measured calls per run of the unary section at c=128, goal 1's level: at 40,000-60,000 calls/s, -calls would be a run of under half a second, which one burst of the machine's other load can tip")
 	fs.IntVar(&s.warmup, "warmup", 0, "unmeasured calls before each run (default: a tenth of -calls)")
 	fs.IntVar(&s.runs, "runs", 3, "runs of each configuration; each figure is the median over them")
 	fs.IntVar(&s.instances, "instances", 8, "rpr client instances the callers of the unary and large sections are spread over at concurrency > 1 (scale runs 1, 8 and 16)")
 	fs.IntVar(&s.calls64K, "calls-64k", 2_000, "measured calls per run of the 64 KiB echo")
 	fs.IntVar(&s.calls1M, "calls-1m", 200, "measured calls per run of the 1 MiB echo")
 	fs.IntVar(&s.asyncTasks, "async-tasks", 20_000, "async tasks per run, for rpr and for asynq")
+	fs.IntVar(&s.asyncRuns, "async-runs", 5, "runs of the async section, rpr and asynq alternated; its figures are the medians")
 	fs.DurationVar(&s.idleWindow, "idle-window", 10*time.Second, "how long idle processes' commands are counted")
 	fs.DurationVar(&s.settle, "settle", 2*time.Second, "wait after starting or stopping idle processes before sampling Redis")
 	fs.DurationVar(&s.runTimeout, "run-timeout", 2*time.Minute, "bound on one run's wall time (warm-up included)")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run (default all: "+strings.Join(sectionNames(), ",")+")")
 	fs.StringVar(&s.profileDir, "cpuprofile", "", "a directory for CPU profiles of every measured run, the callers' and the server child's apart (profiling adds a little CPU to the figures)")
 	fs.StringVar(&s.redisBin, "redis-server", "", "redis-server binary (default $RPR_REDIS_SERVER, else the one on PATH)")
-	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls, 1 run, 200 and 20 large calls, 2,000 async tasks, a 2s idle window, 500ms settles (flags given explicitly win)")
+	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls (5,000 at c=128), 1 run (async too), 200 and 20 large calls, 2,000 async tasks, a 2s idle window, 500ms settles (flags given explicitly win)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -160,7 +177,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	if quick {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"calls": "2000", "runs": "1", "calls-64k": "200", "calls-1m": "20", "async-tasks": "2000", "idle-window": "2s", "settle": "500ms"} {
+		for name, v := range map[string]string{"calls": "2000", "calls-c128": "5000", "runs": "1", "async-runs": "1", "calls-64k": "200", "calls-1m": "20", "async-tasks": "2000", "idle-window": "2s", "settle": "500ms"} {
 			if !set[name] {
 				if err := fs.Set(name, v); err != nil {
 					return nil, err
@@ -176,7 +193,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	if s.warmup == 0 {
 		s.warmup = max(10, s.calls/10)
 	}
-	for name, v := range map[string]int{"calls": s.calls, "runs": s.runs, "instances": s.instances, "calls-64k": s.calls64K, "calls-1m": s.calls1M, "async-tasks": s.asyncTasks} {
+	for name, v := range map[string]int{"calls": s.calls, "calls-c128": s.callsBusy, "runs": s.runs, "instances": s.instances, "calls-64k": s.calls64K, "calls-1m": s.calls1M, "async-tasks": s.asyncTasks, "async-runs": s.asyncRuns} {
 		if v < 1 {
 			return nil, fmt.Errorf("-%s %d: must be at least 1", name, v)
 		}
@@ -212,10 +229,13 @@ func printSettings(w io.Writer, s *settings) {
 	fmt.Fprintf(w, "sections: %s; each figure the median of %d run(s); each run bounded by %v; Redis: %s, fresh per section\n",
 		strings.Join(s.only, ","), s.runs, s.runTimeout, redisBin)
 	if slices.Contains(s.only, "unary") {
-		fmt.Fprintf(w, "unary (goals 1, 4): %d B echo, closed loop at c=%v, %d calls + %d warm-up per run; rpr server (Concurrency %d) and gRPC-go server each in a child process, callers in this one;\n",
-			unaryPayload, unaryLevels, s.calls, s.warmup, compare.ChildServerConcurrency)
+		fmt.Fprintf(w, "unary (goals 1, 4): %d B echo, closed loop at c=%v, %d calls (%d at c=%d) + a tenth as many warm-up (at least %d) per run; rpr server (Concurrency %d) and gRPC-go server each in a child process, callers in this one;\n",
+			unaryPayload, unaryLevels, s.calls, s.callsBusy, goal1Level, s.warmup, compare.ChildServerConcurrency)
 		fmt.Fprintf(w, "  rpr callers spread over %d client instances (1 at c=1), each its own Redis pool; gRPC callers share one ClientConn over loopback TCP;\n", s.instances)
-		fmt.Fprintf(w, "  at c=128 also the plain Streams RPC (the floor) over as many client instances, with its server in a child process running a batch one request after another, then with one running each request on a goroutine of its own\n")
+		fmt.Fprintf(w, "  at c=128 also the plain Streams RPC (the floor) over as many client instances, its server in a child process running each request on a goroutine of its own (just before rpr) and running a batch one request after another (after gRPC)\n")
+	}
+	if slices.Contains(s.only, "async") {
+		fmt.Fprintf(w, "async (goal 2): %d tasks from 16 producers end to end, rpr then asynq in each of %d runs, each on a redis-server of its own\n", s.asyncTasks, s.asyncRuns)
 	}
 	if slices.Contains(s.only, "scale") {
 		fmt.Fprintf(w, "scale (goal 3): %d B echo at c=%v, rpr with %v client instances, the plain Streams RPC (the floor) with %v, then one with concurrent handlers and its answers pushed, %d calls + %d warm-up per run\n",

