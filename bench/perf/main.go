@@ -154,7 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	var quick bool
 	fs.IntVar(&s.calls, "calls", 20_000, "measured calls per run of the 32-byte echo (unary and scale)")
 	fs.IntVar(&s.callsBusy, "calls-c128", 100_000, "measured calls per run of the unary section at c=128, goal 1's level: at 40,000-60,000 calls/s, -calls would be a run of under half a second, which one burst of the machine's other load can tip")
-	fs.IntVar(&s.warmup, "warmup", 0, "unmeasured calls before each run (default: a tenth of -calls)")
+	fs.IntVar(&s.warmup, "warmup", 0, "unmeasured calls before each run at the least; a run with more calls warms up with a tenth of them (default: a tenth of -calls)")
 	fs.IntVar(&s.runs, "runs", 3, "runs of each configuration; each figure is the median over them")
 	fs.IntVar(&s.instances, "instances", 8, "rpr client instances the callers of the unary and large sections are spread over at concurrency > 1 (scale runs 1, 8 and 16)")
 	fs.IntVar(&s.calls64K, "calls-64k", 2_000, "measured calls per run of the 64 KiB echo")

@@ -30,12 +30,12 @@ const (
 // run (each run's own ratio, their median), Go CPU alone and with
 // Redis's. Issue 18 asked for 23 µs where its gRPC-go took 39, 0.59 of
 // gRPC-go's; the concurrent plain RPC, a design of rpr's shape with none
-// of its guarantees, itself spends about 0.5 to 0.7 of gRPC-go's on
-// this machine, so the issue's bound sits on that floor and a ratio to gRPC-go
-// cannot tell rpr's cost from the design's. What rpr controls is how much
-// its guarantees add to the floor, and 15% is the tolerance the issue
-// allows elsewhere (goal 3). The bounds as written stay in the table,
-// marked Row.AsWritten.
+// of its guarantees, itself spends about 0.5 to 0.7 of gRPC-go's on this
+// machine, so the issue's bound sits on that floor, and a ratio to
+// gRPC-go cannot tell rpr's cost from the design's. What rpr controls is
+// how much its guarantees add to the floor, and 15% is the tolerance the
+// issue allows elsewhere (goal 3). The bounds as written stay in the
+// table, marked Row.AsWritten.
 const floorTarget = 1.15
 
 // Goal 1's bounds as ratios to gRPC-go's Go CPU per call in the same run.
