@@ -120,7 +120,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.calls != 300 || s.runs != 1 || s.asyncRuns != 1 || s.calls1M != 20 || strings.Join(s.only, ",") != "idle,unary" {
-		t.Errorf("settings %+v: want -calls 300 kept, -quick's runs and 1 MiB calls, -only as given", s)
+		t.Errorf("settings %+v: want -calls 300 kept, -quick's runs, async runs and 1 MiB calls, -only as given", s)
 	}
 	if _, err := parseFlags([]string{"-only", "nosuch"}, os.Stderr); err == nil {
 		t.Error("-only nosuch: no error")

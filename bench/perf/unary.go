@@ -132,7 +132,8 @@ func comparePairs(ctx context.Context, s *settings, log io.Writer, srv *servers,
 	for run := range s.runs {
 		for i, c := range levels {
 			inst := instancesFor(c, s.instances)
-			n, warm := calls(c), max(warmup, calls(c)/10)
+			n := calls(c)
+			warm := max(warmup, n/10)
 			floor := func(j int) error {
 				if c != floorAt {
 					return nil
