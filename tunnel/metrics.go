@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,9 +80,15 @@ func newMeasurementAttrs(key attributeKey) measurementAttrs {
 // Keys derive from method names, which come from the wire, so the bound
 // keeps a flood of bogus names from growing memory: beyond it, values are
 // built on every get.
+//
+// Every call reads these caches and almost none adds to them, so a read
+// is one lookup in an immutable map of K, and an addition copies the map
+// (at most maxCacheEntries times over a cache's life). A sync.Map hashed
+// each key through an interface: for the composite keys of the hot path
+// ([2]string, attributeKey) that hashing was most of a lookup's cost.
 type boundedCache[K comparable, V any] struct {
-	m    sync.Map // K -> V
-	size atomic.Int32
+	m  atomic.Pointer[map[K]V] // never written once stored
+	mu sync.Mutex              // serializes additions
 }
 
 // maxCacheEntries bounds each boundedCache.
@@ -89,15 +96,25 @@ const maxCacheEntries = 4096
 
 // get returns the value of key, built by build if it is not cached.
 func (c *boundedCache[K, V]) get(key K, build func(K) V) V {
-	if v, ok := c.m.Load(key); ok {
-		return v.(V)
-	}
-	v := build(key)
-	if c.size.Load() < maxCacheEntries {
-		if _, loaded := c.m.LoadOrStore(key, v); !loaded {
-			c.size.Add(1)
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[key]; ok {
+			return v
 		}
 	}
+	v := build(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var cached map[K]V
+	if m := c.m.Load(); m != nil {
+		cached = *m
+	}
+	if _, ok := cached[key]; ok || len(cached) >= maxCacheEntries {
+		return v // added by another get meanwhile, or the cache is full
+	}
+	next := make(map[K]V, len(cached)+1)
+	maps.Copy(next, cached)
+	next[key] = v
+	c.m.Store(&next)
 	return v
 }
 
