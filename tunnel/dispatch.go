@@ -137,10 +137,13 @@ func (r *serveRun) readRequests(ctx context.Context, q *queue) {
 
 // lendingReader returns the reader of q's request stream, which reads
 // large envelopes into buffers of the server's pool (given back by
-// giveBack), so that a large request costs no allocation of its size.
+// giveBack), so that a large request costs no allocation of its size,
+// on a connection it keeps until its loop ends (Serve counts one per
+// queue: see checkPool).
 func lendingReader(s *Server, q *queue) *xread.Reader {
 	entries := xread.NewReader(s.rdb, store.WorkersGroup, s.opts.WorkerID, q.requests, false)
 	entries.LendBodies(&s.buffers)
+	entries.KeepConn()
 	return entries
 }
 
@@ -169,6 +172,12 @@ type reader struct {
 // for this goroutine to run (see readRequests).
 func (r *serveRun) read(rd *reader) {
 	s, q, ctx := r.server, rd.queue, rd.ctx
+	handedOn := false // the loop goes on on another goroutine
+	defer func() {
+		if !handedOn {
+			rd.entries.Close() // the loop is over
+		}
+	}()
 	// Reads are not cancelled mid-flight: entries Redis hands out must be
 	// handled, so each read ends by its short block time instead.
 	readCtx := context.WithoutCancel(ctx)
@@ -222,6 +231,7 @@ func (r *serveRun) read(rd *reader) {
 			// one that reads next; it has not started, so the count is
 			// still held by this one.
 			r.queues.workers.Add(1)
+			handedOn = true
 			r.pool.run(handlerJob{reader: rd})
 			r.handlers.Add(1)
 			r.runJob(handlerJob{queue: q, req: mine, decision: runOnDelivery()})

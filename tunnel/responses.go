@@ -40,6 +40,10 @@ func (c *Client) readResponses(s *clientService, rs *responseStream) {
 	// Large answers are read into buffers given back by deliver, or by
 	// the call once it read its answer.
 	entries.LendBodies(&c.buffers)
+	// One connection for every read (NewClient counts one per response
+	// stream: see checkPool).
+	entries.KeepConn()
+	defer entries.Close()
 	busy := false // the last read brought answers
 	for c.ctx.Err() == nil {
 		msgs, err := entries.Read(c.ctx, 256, responseBlock(entries, busy))

@@ -33,6 +33,8 @@ const keepBytes = 1 << 20
 // unless it must go through go-redis's typed command (see Read).
 type Reader struct {
 	rdb      redis.UniversalClient
+	keep     *redis.Client // set by KeepConn: reads go on conn
+	conn     *redis.Conn   // the connection kept; nil until a read takes one
 	stream   string
 	group    *redis.XReadGroupArgs // nil: XREAD by id
 	maxBlock time.Duration         // the longest block a raw read may ask for; < 0: none
@@ -84,6 +86,61 @@ func maxRawBlock(rdb redis.UniversalClient) time.Duration {
 	return timeout - readMargin
 }
 
+// KeepConn has the Reader send its reads on a connection of its own,
+// taken from rdb's pool by the first read and kept from read to read
+// until Close, when rdb is a *redis.Client (a Sentinel failover client
+// is one too); a Cluster's reads go through the client, which picks the
+// node. go-redis checks every connection it takes from its pool with a
+// system call (a peek for a closed socket) before each command: for a
+// reader that reads all the time, a connection taken once is checked
+// once. A read that fails with anything but redis.Nil gives its
+// connection back (go-redis closes a broken one) and the next read takes
+// another.
+//
+// The Reader holds the connection between reads too, so its owner must
+// count it as one connection of the pool's for as long as it reads.
+func (r *Reader) KeepConn() {
+	if c, ok := r.rdb.(*redis.Client); ok {
+		r.keep = c
+	}
+}
+
+// Close gives back the connection the Reader kept (KeepConn), if any; a
+// later read takes a new one.
+func (r *Reader) Close() {
+	if r.conn != nil {
+		_ = r.conn.Close() // nothing to do about a connection that would not close
+		r.conn = nil
+	}
+}
+
+// commander is what a read is sent through: the client, or the
+// connection the Reader keeps.
+type commander interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
+	XRead(ctx context.Context, a *redis.XReadArgs) *redis.XStreamSliceCmd
+}
+
+// via returns what the next read goes through.
+func (r *Reader) via() commander {
+	if r.keep == nil {
+		return r.rdb
+	}
+	if r.conn == nil {
+		r.conn = r.keep.Conn()
+	}
+	return r.conn
+}
+
+// settle gives back the kept connection after a read that failed with
+// err, unless err says only that nothing came.
+func (r *Reader) settle(err error) {
+	if err != nil && !errors.Is(err, redis.Nil) {
+		r.Close()
+	}
+}
+
 // LendBodies has the Reader read each value over 16 KiB into a buffer of
 // bodies instead of an allocation of its own, and list it in its entry's
 // Lent. Whoever is done with every value of such an entry (and with all
@@ -126,7 +183,9 @@ func (r *Reader) read(ctx context.Context, count int64, block time.Duration, aft
 	r.sink.reset()
 	cmd := redis.NewRawWriteToCmd(ctx, &r.sink, r.rawArgs(count, block, after)...)
 	cmd.SetFirstKeyPos(int8(len(r.cmdArg) - 2))
-	if err := r.rdb.Process(ctx, cmd); err != nil {
+	err := r.via().Process(ctx, cmd)
+	r.settle(err)
+	if err != nil {
 		return nil, err
 	}
 	entries, err := parse(r.sink.buf, r.sink.large)
@@ -151,10 +210,11 @@ func (r *Reader) readTyped(ctx context.Context, count int64, block time.Duration
 	if r.group != nil {
 		args := *r.group
 		args.Count, args.Block = count, block
-		streams, err = r.rdb.XReadGroup(ctx, &args).Result()
+		streams, err = r.via().XReadGroup(ctx, &args).Result()
 	} else {
-		streams, err = r.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{r.stream, after}, Count: count, Block: block}).Result()
+		streams, err = r.via().XRead(ctx, &redis.XReadArgs{Streams: []string{r.stream, after}, Count: count, Block: block}).Result()
 	}
+	r.settle(err)
 	if err != nil {
 		return nil, err
 	}
