@@ -264,8 +264,9 @@ func poolSize(rdb redis.UniversalClient) int {
 }
 
 // checkPool refuses a pool too small for the blocking reads a process
-// holds open: each takes a pooled connection for as long as it waits, and
-// commands need connections too. needed is the number of blocking reads.
+// holds open: each keeps a pooled connection for as long as its reader
+// runs (xread.Reader.KeepConn), and commands need connections too. needed
+// is the number of blocking reads.
 func checkPool(rdb redis.UniversalClient, needed int, who string) error {
 	size := poolSize(rdb)
 	if size == 0 || needed+minFreeConns <= size {
