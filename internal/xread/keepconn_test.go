@@ -3,6 +3,7 @@ package xread_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -70,5 +71,56 @@ func TestReaderKeepsItsConnection(t *testing.T) {
 	r.Close()
 	if got := rdb.PoolStats().IdleConns; got != idle+1 {
 		t.Fatalf("idle connections after Close: %d; want %d (the kept one back in the pool)", got, idle+1)
+	}
+}
+
+// A Reader of a client with ConnMaxLifetime gives its connection back
+// once it has kept it that long, so that the pool can retire it: Redis
+// accepts no connection while the Reader reads within the lifetime, and
+// one (the pool's new connection) at the first read after it.
+func TestReaderRenewsItsConnectionAfterItsLifetime(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ConnMaxLifetime: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	stats := srv.Client(t) // counts connections on one of its own
+	ctx := context.Background()
+	accepted := func() int64 {
+		t.Helper()
+		info, err := stats.InfoMap(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(info["Stats"]["total_connections_received"], 10, 64)
+		return n
+	}
+	if err := rdb.XGroupCreateMkStream(ctx, "s", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := xread.NewReader(rdb, "g", "c", "s", true)
+	r.KeepConn()
+	defer r.Close()
+	// Each read finds an entry and returns at once (a read that finds
+	// none waits for Redis's timer, about 100 ms whatever its block).
+	read := func() {
+		t.Helper()
+		if err := stats.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []string{"f", "v"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if msgs, err := r.Read(ctx, 10, 10*time.Millisecond); err != nil || len(msgs) != 1 {
+			t.Fatalf("read: %d entries, %v; want 1", len(msgs), err)
+		}
+	}
+	read()
+	first := accepted()
+	for range 5 { // well within the lifetime: the same connection
+		read()
+	}
+	if n := accepted() - first; n != 0 {
+		t.Fatalf("reads within the lifetime opened %d connections; want none", n)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	read()
+	if n := accepted() - first; n != 1 {
+		t.Fatalf("the read after the lifetime opened %d connections; want 1", n)
 	}
 }

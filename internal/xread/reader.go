@@ -32,9 +32,12 @@ const keepBytes = 1 << 20
 // an id) has go-redis write its raw reply into the Reader's buffer,
 // unless it must go through go-redis's typed command (see Read).
 type Reader struct {
-	rdb      redis.UniversalClient
-	keep     *redis.Client // set by KeepConn: reads go on conn
-	conn     *redis.Conn   // the connection kept; nil until a read takes one
+	rdb  redis.UniversalClient
+	keep *redis.Client // set by KeepConn: reads go on conn
+	conn *redis.Conn   // the connection kept; nil until a read takes one
+	// renewAt is when conn has been kept for keep's ConnMaxLifetime and goes back
+	// to the pool before the next read; zero: never.
+	renewAt  time.Time
 	stream   string
 	group    *redis.XReadGroupArgs // nil: XREAD by id
 	maxBlock time.Duration         // the longest block a raw read may ask for; < 0: none
@@ -95,7 +98,8 @@ func maxRawBlock(rdb redis.UniversalClient) time.Duration {
 // reader that reads all the time, a connection taken once is checked
 // once. A read that fails with anything but redis.Nil gives its
 // connection back (go-redis closes a broken one) and the next read takes
-// another.
+// another. With the client's ConnMaxLifetime set, the connection also
+// goes back once kept that long, for the pool to retire when it is due.
 //
 // The Reader holds the connection between reads too, so its owner must
 // count it as one connection of the pool's for as long as it reads.
@@ -127,8 +131,14 @@ func (r *Reader) via() commander {
 	if r.keep == nil {
 		return r.rdb
 	}
+	if r.conn != nil && !r.renewAt.IsZero() && time.Now().After(r.renewAt) {
+		r.Close()
+	}
 	if r.conn == nil {
 		r.conn = r.keep.Conn()
+		if life := r.keep.Options().ConnMaxLifetime; life > 0 {
+			r.renewAt = time.Now().Add(life)
+		}
 	}
 	return r.conn
 }
