@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rprtunnel/rpr/internal/redisinfo"
 	"github.com/rprtunnel/rpr/internal/redistest"
 	"github.com/rprtunnel/rpr/internal/xread"
 )
@@ -77,50 +78,58 @@ func TestReaderKeepsItsConnection(t *testing.T) {
 // A Reader of a client with ConnMaxLifetime gives its connection back
 // once it has kept it that long, so that the pool can retire it: Redis
 // accepts no connection while the Reader reads within the lifetime, and
-// one (the pool's new connection) at the first read after it.
+// one (the pool's new connection) at each read after it. Both are told
+// by the lifetime alone, whatever the machine's speed: an hour outlasts
+// the test, a millisecond has passed by the next read.
 func TestReaderRenewsItsConnectionAfterItsLifetime(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ConnMaxLifetime: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
 	stats := srv.Client(t) // counts connections on one of its own
 	ctx := context.Background()
 	accepted := func() int64 {
 		t.Helper()
-		info, err := stats.InfoMap(ctx, "stats").Result()
+		info, err := stats.Info(ctx, "stats").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _ := strconv.ParseInt(info["Stats"]["total_connections_received"], 10, 64)
+		n, _ := strconv.ParseInt(redisinfo.Field(info, "total_connections_received"), 10, 64)
 		return n
 	}
-	if err := rdb.XGroupCreateMkStream(ctx, "s", "g", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	r := xread.NewReader(rdb, "g", "c", "s", true)
-	r.KeepConn()
-	defer r.Close()
-	// Each read finds an entry and returns at once (a read that finds
-	// none waits for Redis's timer, about 100 ms whatever its block).
-	read := func() {
+	// readsOpen has a Reader of a client with lifetime read six entries,
+	// each one added just before, with pause between the reads after the
+	// first, and returns the connections Redis accepted for the last five.
+	readsOpen := func(stream string, lifetime, pause time.Duration) int64 {
 		t.Helper()
-		if err := stats.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []string{"f", "v"}}).Err(); err != nil {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ConnMaxLifetime: lifetime})
+		defer func() { _ = rdb.Close() }()
+		if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if msgs, err := r.Read(ctx, 10, 10*time.Millisecond); err != nil || len(msgs) != 1 {
-			t.Fatalf("read: %d entries, %v; want 1", len(msgs), err)
+		r := xread.NewReader(rdb, "g", "c", stream, true)
+		r.KeepConn()
+		defer r.Close()
+		// An entry is there before each read, which returns at once (one
+		// that finds none waits for Redis's timer, about 100 ms).
+		read := func() {
+			t.Helper()
+			if err := stats.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"f", "v"}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if msgs, err := r.Read(ctx, 10, 10*time.Millisecond); err != nil || len(msgs) != 1 {
+				t.Fatalf("read: %d entries, %v; want 1", len(msgs), err)
+			}
 		}
-	}
-	read()
-	first := accepted()
-	for range 5 { // well within the lifetime: the same connection
 		read()
+		first := accepted()
+		for range 5 {
+			time.Sleep(pause)
+			read()
+		}
+		return accepted() - first
 	}
-	if n := accepted() - first; n != 0 {
+	if n := readsOpen("within", time.Hour, 0); n != 0 {
 		t.Fatalf("reads within the lifetime opened %d connections; want none", n)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	read()
-	if n := accepted() - first; n != 1 {
-		t.Fatalf("the read after the lifetime opened %d connections; want 1", n)
+	if n := readsOpen("after", time.Millisecond, 5*time.Millisecond); n != 5 {
+		t.Fatalf("five reads, each after the lifetime, opened %d connections; want 5 (one each)", n)
 	}
 }
