@@ -91,6 +91,7 @@ func ValidateLane(lane string) error { return wire.ValidateLane(lane) }
 //	v1:90,v2:10                 90% to v1, 10% to v2
 //	x-canary=true => v2         calls whose x-canary header is "true" to v2
 //	tenant=acme,x-beta=1 => v2:50,default:50
+//	tenant="a,b" => v2          a value holding ',' or '"', or spaces at its ends, quoted
 func ParseRouteRule(spec string) (RouteRule, error) {
 	r, err := wire.ParseRouteRule(spec)
 	if err != nil {

@@ -51,6 +51,8 @@ rules, else it goes to the default lane. Rules (one argument each):
   x-canary=true => v2         calls whose x-canary header is "true" to v2
   tenant=acme,x-beta=1 => v2:50,default:50
                               headers must all match; then by weight
+  tenant="a,b" => v2          a value with ',' or '"' (or spaces at its ends)
+                              in double quotes, as a Go string literal
 
 A call a route sends to a lane with no live server fails at once with
 UNAVAILABLE, not executed; an async request waits in the lane until a

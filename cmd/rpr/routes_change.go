@@ -35,6 +35,8 @@ Each RULE is one argument (quote it):
   v1:90,v2:10                 by weight: 90% to v1, 10% to v2
   x-canary=true => v2         calls whose x-canary header is "true" to v2
   tenant=acme,x-beta=1 => v2:50,default:50
+  tenant="a,b" => v2          a value with ',' or '"' (or spaces at its ends)
+                              in double quotes, as a Go string literal
 
 Lanes are 1-32 characters of a-z, 0-9, '.', '_' and '-'; weights are whole
 numbers (they need not add up to 100). Nothing is written unless every

@@ -158,6 +158,7 @@ func FuzzParseRouteTable(f *testing.F) {
 	f.Add(fuzzService+"/*", string(mustJSON(f, rules)))
 	f.Add(fuzzService+"/Search", `[{"lanes":[{"lane":"a","weight":0},{"lane":"b","weight":9223372036854775807},{"lane":"c","weight":1}]}]`)
 	f.Add("other.Svc/M", `[]`)
+	f.Add(fuzzService+"/*", `[{"match":{"tenant":"a,b","x":" \"q\"\t"},"lanes":[{"lane":"v2","weight":1}]}]`)
 	f.Fuzz(func(t *testing.T, pattern, raw string) {
 		table, errs := ParseRouteTable(fuzzService, map[string]string{pattern: raw})
 		for _, err := range errs {
@@ -177,6 +178,12 @@ func FuzzParseRouteTable(f *testing.F) {
 						t.Fatalf("%q: roll %v picked lane %q, whose weight is %d", raw, roll, lane, lw.Weight)
 					}
 				}
+			}
+		}
+		for _, r := range rules {
+			back, err := ParseRouteRule(r.String())
+			if err != nil || !maps.Equal(back.Match, r.Match) {
+				t.Fatalf("%q: rule %+v is written %q, which reads as %+v (%v)", raw, r, r.String(), back, err)
 			}
 		}
 		_, _, _ = table.Resolve(fuzzService, "Search", Metadata{"x-canary": {"true"}})

@@ -92,3 +92,56 @@ func TestRouteRuleStringReadsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteRuleStringQuotesValues: a header value the text form could not
+// hold as it is (a ',' or '"', spaces at its ends, a character that does
+// not print, as a rule set through the API or a routes hash may have) is
+// written quoted and read back the same; bad quoting and a header given
+// twice are refused by name. So is a key such a rule may have.
+func TestRouteRuleStringQuotesValues(t *testing.T) {
+	lanes := []LaneWeight{{Lane: "v2", Weight: 1}}
+	written := map[string]string{
+		"a,b":       `tenant="a,b" => v2`,
+		` padded `:  `tenant=" padded " => v2`,
+		`say "hi"`:  `tenant="say \"hi\"" => v2`,
+		"tab\there": `tenant="tab\there" => v2`,
+		"":          `tenant= => v2`,
+		"x=>2":      `tenant=x=>2 => v2`,
+		"übung":     `tenant=übung => v2`,
+	}
+	for value, want := range written {
+		r := RouteRule{Match: map[string]string{"tenant": value}, Lanes: lanes}
+		if got := r.String(); got != want {
+			t.Errorf("value %q is written %s; want %s", value, got, want)
+		}
+		again, err := ParseRouteRule(r.String())
+		if err != nil || again.Match["tenant"] != value {
+			t.Errorf("%s reads as %+v (%v); want the value %q", r.String(), again.Match, err, value)
+		}
+	}
+	both := `tenant = "a,b" , region=eu-1 => v2`
+	if r, err := ParseRouteRule(both); err != nil || r.Match["tenant"] != "a,b" || r.Match["region"] != "eu-1" {
+		t.Errorf("ParseRouteRule(%s) = %+v, %v; want tenant a,b and region eu-1", both, r.Match, err)
+	}
+	refused := map[string]string{
+		`tenant="a,b => v2`: `header "tenant": the quoted value "a,b is not a complete quoted string`,
+		`tenant="a"b => v2`: `"b" follows the quoted value "a"`,
+		`"ten"ant=1 => v2`:  `"ant=1" follows the quoted key "ten"`,
+		`a=1,b=2,a=3 => v2`: `header "a" has two conditions`,
+		`tenant,x=1 => v2`:  `"tenant" is not key=value`,
+		`tenant=a, => v2`:   `"" is not key=value`,
+	}
+	for spec, want := range refused {
+		if _, err := ParseRouteRule(spec); err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "route rule ") {
+			t.Errorf("ParseRouteRule(%s) = %v; want an error naming the rule and saying %s", spec, err, want)
+		}
+	}
+	keys := map[string]string{"a=b": `"a=b"=1 => v2`, "a,b": `"a,b"=1 => v2`, "a b": `a b=1 => v2`, `a"b`: `"a\"b"=1 => v2`}
+	for key, want := range keys {
+		r := RouteRule{Match: map[string]string{key: "1"}, Lanes: lanes}
+		again, err := ParseRouteRule(r.String())
+		if r.String() != want || err != nil || again.Match[key] != "1" {
+			t.Errorf("key %q is written %s (want %s), which reads as %+v (%v)", key, r.String(), want, again.Match, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // A service's routing table sends calls to lanes: each lane is its own
@@ -95,7 +96,10 @@ func (r RouteRule) Validate() error {
 
 // String returns the rule in the form the CLI reads and writes, e.g.
 // "x-canary=true => v1:90,v2:10", which ParseRouteRule reads back as the
-// same rule.
+// same rule. A header value that holds ',' or '"', starts or ends with a
+// space or holds a character that does not print is written quoted, as a
+// Go string literal (tenant="a,b" => v2), and so is such a key, or one
+// holding '='.
 func (r RouteRule) String() string {
 	var b strings.Builder
 	if len(r.Match) > 0 {
@@ -103,7 +107,7 @@ func (r RouteRule) String() string {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(k + "=" + r.Match[k])
+			b.WriteString(matchText(k, "=,") + "=" + matchText(r.Match[k], ","))
 		}
 		b.WriteString(" => ")
 	}
@@ -119,6 +123,17 @@ func (r RouteRule) String() string {
 	return b.String()
 }
 
+// matchText is how String writes a header key or value: as it is,
+// unless reading it back would change it (it holds '"' or a byte of
+// stops, or starts or ends with a space) or it would not show.
+func matchText(text, stops string) string {
+	unprintable := strings.IndexFunc(text, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0
+	if unprintable || text != strings.TrimSpace(text) || strings.ContainsAny(text, `"`+stops) {
+		return strconv.Quote(text)
+	}
+	return text
+}
+
 // ParseRouteRule reads a rule in the form String writes and the CLI reads
 // (see admin.ParseRouteRule):
 //
@@ -126,6 +141,7 @@ func (r RouteRule) String() string {
 //	v1:90,v2:10                 90% to v1, 10% to v2
 //	x-canary=true => v2         calls whose x-canary header is "true" to v2
 //	tenant=acme,x-beta=1 => v2:50,default:50
+//	tenant="a,b" => v2          a value with ',', '"' or edge spaces, quoted
 func ParseRouteRule(spec string) (RouteRule, error) {
 	var rule RouteRule
 	// The arrow is the last "=>": lanes and weights never hold '=', but a
@@ -135,15 +151,11 @@ func ParseRouteRule(spec string) (RouteRule, error) {
 		match, lanes, hasMatch = spec[:i], spec[i+len("=>"):], true
 	}
 	if hasMatch {
-		rule.Match = map[string]string{}
-		for _, cond := range strings.Split(match, ",") {
-			key, value, ok := strings.Cut(strings.TrimSpace(cond), "=")
-			key = strings.ToLower(strings.TrimSpace(key))
-			if !ok || key == "" {
-				return RouteRule{}, fmt.Errorf("route rule %q: header condition %q is not key=value (e.g. x-canary=true => v2)", spec, strings.TrimSpace(cond))
-			}
-			rule.Match[key] = strings.TrimSpace(value)
+		m, err := parseMatch(match)
+		if err != nil {
+			return RouteRule{}, fmt.Errorf("route rule %q: %w", spec, err)
 		}
+		rule.Match = m
 	}
 	if !hasMatch && strings.Contains(lanes, "=") {
 		return RouteRule{}, fmt.Errorf("route rule %q: a header match needs \"=> lane\" after it (e.g. %q)", spec, strings.TrimSpace(lanes)+" => v2")
@@ -165,6 +177,64 @@ func ParseRouteRule(spec string) (RouteRule, error) {
 		return RouteRule{}, fmt.Errorf("route rule %q: %w", spec, err)
 	}
 	return rule, nil
+}
+
+// parseMatch reads the header conditions before a rule's arrow:
+// key=value, separated by ','. A key or value is trimmed of spaces,
+// unless it starts with '"': then it is a Go string literal, as String
+// writes one that holds ',' or '"' or starts or ends with a space.
+func parseMatch(match string) (map[string]string, error) {
+	m := map[string]string{}
+	rest := match
+	for {
+		key, tail, err := matchToken(rest, "=,", "key", "'='")
+		if err != nil {
+			return nil, err
+		}
+		if key == "" || !strings.HasPrefix(tail, "=") {
+			cond, _, _ := strings.Cut(rest, ",")
+			return nil, fmt.Errorf("header condition %q is not key=value (e.g. x-canary=true => v2)", strings.TrimSpace(cond))
+		}
+		key = strings.ToLower(key)
+		if _, twice := m[key]; twice {
+			return nil, fmt.Errorf("header %q has two conditions; a rule matches one value per header (write a rule for each value)", key)
+		}
+		value, tail, err := matchToken(tail[1:], ",", "value", `',' and the next condition, or "=>"`)
+		if err != nil {
+			return nil, fmt.Errorf("header %q: %w", key, err)
+		}
+		m[key] = value
+		if tail == "" {
+			return m, nil
+		}
+		rest = tail[1:] // past the ','
+	}
+}
+
+// matchToken reads a key or value (what) at the start of s: a Go string
+// literal when s starts, after spaces, with '"', else the text up to the
+// first byte of stops, trimmed of spaces. The rest of s is "" or starts
+// with a byte of stops; want says what may follow a quoted one, for the
+// error when something else does.
+func matchToken(s, stops, what, want string) (token, rest string, err error) {
+	quoted := strings.TrimLeftFunc(s, unicode.IsSpace)
+	if !strings.HasPrefix(quoted, `"`) {
+		end := strings.IndexAny(s, stops)
+		if end < 0 {
+			end = len(s)
+		}
+		return strings.TrimSpace(s[:end]), s[end:], nil
+	}
+	literal, err := strconv.QuotedPrefix(quoted)
+	if err != nil {
+		return "", "", fmt.Errorf("the quoted %s %s is not a complete quoted string: close it, as a Go string literal (e.g. tenant=\"a,b\")", what, strings.TrimSpace(quoted))
+	}
+	token, _ = strconv.Unquote(literal)
+	rest = strings.TrimLeftFunc(quoted[len(literal):], unicode.IsSpace)
+	if rest != "" && !strings.ContainsRune(stops, rune(rest[0])) {
+		return "", "", fmt.Errorf("%q follows the quoted %s %s; want %s", strings.TrimSpace(rest), what, literal, want)
+	}
+	return token, rest, nil
 }
 
 // Matches reports whether a call with header satisfies the rule's Match.
