@@ -23,7 +23,8 @@ const asyncMinRatio = 5
 func runAsync(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, error) {
 	var rprRate, asynqRate, rprCmds, asynqCmds, rprCPU, asynqCPU []float64
 	for run := range s.asyncRuns {
-		res, err := compare.RunAsync(ctx, compare.AsyncOptions{Tasks: s.asyncTasks, RedisServer: s.redisBin, Timeout: s.runTimeout})
+		res, err := compare.RunAsync(ctx, compare.AsyncOptions{Tasks: s.asyncTasks, RedisServer: s.redisBin, Timeout: s.runTimeout,
+			Profile: s.profilePath(fmt.Sprintf("async run %d of %d", run+1, s.asyncRuns))})
 		if err != nil {
 			return nil, err
 		}
@@ -36,8 +37,14 @@ func runAsync(ctx context.Context, s *settings, log io.Writer) ([]compare.Row, e
 		rprRate, asynqRate = append(rprRate, rate(r)), append(asynqRate, rate(a))
 		rprCmds, asynqCmds = append(rprCmds, perTask(float64(r.RedisCommands), r)), append(asynqCmds, perTask(float64(a.RedisCommands), a))
 		rprCPU, asynqCPU = append(rprCPU, cpu(r)), append(asynqCPU, cpu(a))
-		fmt.Fprintf(log, "  async run %d (asynq %s): rpr %.0f tasks/s, %.2f cmds/task; asynq %.0f tasks/s, %.2f cmds/task\n",
-			run+1, res.AsynqVersion, rate(r), perTask(float64(r.RedisCommands), r), rate(a), perTask(float64(a.RedisCommands), a))
+		// How the run ended says what bounds it: producers still enqueueing
+		// at the end (enqueued near 100%) are bound by the enqueue's round
+		// trip, a backlog left at the end by the processing.
+		line := func(sys compare.AsyncSystemResult) string {
+			return fmt.Sprintf("%.0f tasks/s, %.2f cmds/task, %.1f µs CPU/task, all enqueued at %.0f%% of the run, enqueue p50 %.3f ms",
+				rate(sys), perTask(float64(sys.RedisCommands), sys), cpu(sys), 100*sys.Enqueued.Seconds()/sys.Elapsed.Seconds(), float64(sys.P50.Microseconds())/1000)
+		}
+		fmt.Fprintf(log, "  async run %d (asynq %s):\n    rpr   %s\n    asynq %s\n", run+1, res.AsynqVersion, line(r), line(a))
 	}
 	return []compare.Row{
 		{Goal: 2, Figure: fmt.Sprintf("async tasks/s end to end, %d tasks from 16 producers", s.asyncTasks),

@@ -165,7 +165,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.DurationVar(&s.settle, "settle", 2*time.Second, "wait after starting or stopping idle processes before sampling Redis")
 	fs.DurationVar(&s.runTimeout, "run-timeout", 2*time.Minute, "bound on one run's wall time (warm-up included)")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run (default all: "+strings.Join(sectionNames(), ",")+")")
-	fs.StringVar(&s.profileDir, "cpuprofile", "", "a directory for CPU profiles of every measured run, the callers' and the server child's apart (profiling adds a little CPU to the figures)")
+	fs.StringVar(&s.profileDir, "cpuprofile", "", "a directory for CPU profiles of every measured run, the callers' and the server child's apart (async: one per system, producers and server together), profiling adding a little CPU to the figures")
 	fs.StringVar(&s.redisBin, "redis-server", "", "redis-server binary (default $RPR_REDIS_SERVER, else the one on PATH)")
 	fs.BoolVar(&quick, "quick", false, "a short run: 2,000 calls (5,000 at c=128), 1 run (async too), 200 and 20 large calls, 2,000 async tasks, a 2s idle window, 500ms settles (flags given explicitly win)")
 	if err := fs.Parse(args); err != nil {

@@ -47,6 +47,10 @@ type AsyncOptions struct {
 	AsynqTaskCheckInterval time.Duration
 	// RedisServer is the redis-server binary (see StartRedis).
 	RedisServer string
+	// Profile, when set, is a path prefix: each system's measured tasks
+	// are profiled (this process's CPU, server and producers alike) into
+	// Profile + "." + the system's name + ".prof".
+	Profile string
 	// Log receives progress lines and the systems' own warnings; nil
 	// discards them.
 	Log io.Writer
@@ -232,7 +236,11 @@ func runAsyncSystem(parent context.Context, name string, start asyncStarter, pay
 	if err != nil {
 		return AsyncSystemResult{}, fmt.Errorf("%s: %w", name, err)
 	}
-	r, err := measureAsync(ctx, sys, admin, &counted, opts)
+	profilePath := ""
+	if opts.Profile != "" {
+		profilePath = opts.Profile + "." + name + ".prof"
+	}
+	r, err := measureAsync(ctx, sys, admin, &counted, opts, profilePath)
 	if closeErr := sys.Close(); closeErr != nil {
 		err = errors.Join(err, fmt.Errorf("stopping: %w", closeErr))
 	}
@@ -259,8 +267,9 @@ type measured struct {
 }
 
 // measureAsync runs the warm-up and then the measured run on sys, sampling
-// INFO through admin, a client of sys's redis-server of its own.
-func measureAsync(ctx context.Context, sys asyncSystem, admin redis.Cmdable, counted *counter, opts AsyncOptions) (measured, error) {
+// INFO through admin, a client of sys's redis-server of its own, and
+// profiles the measured run into profilePath when it is set.
+func measureAsync(ctx context.Context, sys asyncSystem, admin redis.Cmdable, counted *counter, opts AsyncOptions, profilePath string) (measured, error) {
 	if opts.Warmup > 0 {
 		p := counted.reset(opts.Warmup)
 		if _, err := produce(ctx, sys, opts.Warmup, opts.Producers); err != nil {
@@ -276,6 +285,13 @@ func measureAsync(ctx context.Context, sys asyncSystem, admin redis.Cmdable, cou
 	if err != nil {
 		return measured{}, err
 	}
+	var prof profile
+	if profilePath != "" {
+		if err := prof.start(profilePath); err != nil {
+			return measured{}, fmt.Errorf("profile: %w", err)
+		}
+		defer prof.stop()
+	}
 	cpuBefore := ProcessCPU()
 	start := time.Now()
 	latencies, err := produce(ctx, sys, opts.Tasks, opts.Producers)
@@ -287,6 +303,9 @@ func measureAsync(ctx context.Context, sys asyncSystem, admin redis.Cmdable, cou
 		return measured{}, err
 	}
 	elapsed := time.Since(start)
+	if err := prof.stop(); err != nil {
+		return measured{}, fmt.Errorf("profile: %w", err)
+	}
 	slices.Sort(latencies)
 	n := len(latencies)
 	return measured{
