@@ -120,13 +120,16 @@ func (b *batcher) flush(batch []*pipelineOp) {
 	}
 }
 
-// fieldXAdd is the arguments of an XADD of a single field, kept in the op
-// that sends it. They are the command's own argument list rather than a
+// fieldXAdd is an XADD of a single field, kept in the op that sends it:
+// its arguments are the command's own argument list rather than a
 // redis.XAddArgs, which go-redis would copy into a new list (and whose
-// Values would be boxed again) on every send.
+// Values would be boxed again) on every send, and the command itself is
+// kept here rather than allocated per send (an op sends once, and its
+// finished is the command's last reader).
 type fieldXAdd struct {
 	argv  [5]any // XADD stream * field value
 	value store.BytesArg
+	cmd   redis.StringCmd
 }
 
 // set makes the XADD add field=value to stream, a string (a name boxed
@@ -144,9 +147,9 @@ func (x *fieldXAdd) dropValue() { x.value = nil }
 // request, which go-redis must not add again after a failure that may
 // have carried it to Redis, and whose error must be its only attempt's.
 func (x *fieldXAdd) queue(ctx context.Context, c commandSink) redis.Cmder {
-	cmd := redis.NewStringCmd(ctx, x.argv[:]...)
-	_ = c.Process(ctx, store.AtMostOnceString(cmd)) // the error is cmd's
-	return cmd
+	x.cmd = *redis.NewStringCmd(ctx, x.argv[:]...)
+	_ = c.Process(ctx, store.AtMostOnceString(&x.cmd)) // the error is cmd's
+	return &x.cmd
 }
 
 // xaddOp is one XADD of a single field, waiting in a batcher; done

@@ -39,6 +39,7 @@ type Client struct {
 	buffers     bufpool.Pool
 	responses   objectPool[wire.Response] // the responses answered calls read, given back by them
 	signals     signalPool                // the channels calls wait on for their outcome
+	calls       objectPool[unaryCall]     // unary calls whose outcome was delivered, for the next
 	opts        ClientOptions
 	keys        store.Keyspace
 	log         *slog.Logger

@@ -70,7 +70,9 @@ func (c *deadlineContext) Done() <-chan struct{} {
 }
 
 // wakeOnEnd has w woken (callWaiter.wake) when c ends, and reports true,
-// unless c has ended already; w nil stops it.
+// unless c has ended already; w nil stops it, and once it returns no end
+// of c touches w again (c wakes w holding c.mu), so w's memory may be
+// reused.
 func (c *deadlineContext) wakeOnEnd(w *callWaiter) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -135,15 +137,16 @@ func (c *deadlineContext) end(err error) {
 		return
 	}
 	c.err = err
-	after, waiter := c.after, c.waiter
-	c.after, c.waiter = nil, nil
+	after := c.after
+	c.after = nil
 	if c.done != nil {
 		close(c.done)
 	}
-	c.mu.Unlock()
-	if waiter != nil {
-		waiter.wake()
+	if c.waiter != nil {
+		c.waiter.wake() // never blocks: a waiter is signalled once, into room for one
+		c.waiter = nil
 	}
+	c.mu.Unlock()
 	for _, f := range after {
 		if f != nil {
 			f()

@@ -17,16 +17,17 @@ import (
 )
 
 // Clients and servers write their envelopes into pooled buffers and reuse
-// them once the command that carries them has returned. These tests make
-// many calls at once, each with its own payload of a size from a few bytes
-// to past the pool's largest class of small envelopes, some given up on
-// while in flight, and check that every payload arrives as it was sent: a
-// buffer given back too early would hand one call's bytes to another. A
-// client reads large answers, and a server large requests, into pooled
-// buffers too, so requests carry a header the handler keeps with its
-// context, answers carry a trailer and some are errors whose message is
-// the payload: what a caller or handler keeps must outlive the buffer it
-// came in.
+// them once the command that carries them has returned, and a client
+// reuses a unary call's state once its answer was delivered. These tests
+// make many calls at once, each with its own payload of a size from a few
+// bytes to past the pool's largest class of small envelopes, some given up
+// on while in flight, and check that every payload arrives as it was sent:
+// a buffer or a call given back too early would hand one call's bytes, or
+// its wake-up, to another. A client reads large answers, and a server
+// large requests, into pooled buffers too, so requests carry a header the
+// handler keeps with its context, answers carry a trailer and some are
+// errors whose message is the payload: what a caller or handler keeps must
+// outlive the buffer it came in.
 
 // distinctPayload is call i's payload: its number, then filler of a size
 // that varies with i.

@@ -38,6 +38,17 @@ type sendOp struct {
 	// the caller when it withdraws the op before it is taken.
 	envelope *[]byte
 	pool     *bufpool.Pool
+	// holder is the unaryCall this op keeps from reuse while a flusher
+	// may read it (the first attempt's send); nil for none.
+	holder *unaryCall
+}
+
+// letGo drops the op's hold on its call, if it has one; neither may be
+// used after.
+func (op *sendOp) letGo() {
+	if u := op.holder; u != nil {
+		u.letGo()
+	}
 }
 
 // init makes op, a zero sendOp, the op that adds envelope to stream (a
@@ -52,6 +63,7 @@ func (op *sendOp) init(svc *clientService, call *outgoingCall, stream any, envel
 }
 
 func (op *sendOp) finished(cmd redis.Cmder) {
+	defer op.letGo()     // last: the call, and op in it, may be reused once it has run
 	op.releaseEnvelope() // the XADD has returned: nothing reads it again
 	op.mu.Lock()
 	if xadd, ok := cmd.(*redis.StringCmd); ok {

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -15,22 +16,45 @@ import (
 // one wait for the answer, and the answer turned into the reply.
 
 // unaryCall is a unary call's start and what its attempts share, in one
-// allocation.
+// value that Client.calls reuses: it was a third of the bytes a busy
+// client and its server allocated per call, and the bytes a process
+// allocates set how often it collects.
 type unaryCall struct {
 	start callStart
 	call  outgoingCall
-	// deadline is the call's context when the call needs a deadline
-	// earlier than its caller's.
-	deadline deadlineContext
+	// holders counts who may still read the call: its caller, and the
+	// flusher of its first send from the moment the send is queued until
+	// the send's finished returns (the answer may overtake it). The last
+	// to let go gives the call back to pool, if reusable.
+	holders atomic.Int32
+	// reusable is set by the caller before it lets go when no one but
+	// that flusher can still read the call: its only send's outcome was
+	// delivered, so nothing waits to deliver to it and no later attempt's
+	// send points at it. A call whose context ended first is left to the
+	// collector, as is one that retried.
+	reusable bool
+	pool     *objectPool[unaryCall]
+}
+
+// letGo drops one holder's claim on u; the last gives it back to its
+// pool when it is reusable. u must not be used after.
+func (u *unaryCall) letGo() {
+	if u.holders.Add(-1) == 0 && u.reusable {
+		u.pool.put(u)
+	}
 }
 
 func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply proto.Message, opts ...CallOption) (err error) {
-	u := new(unaryCall)
+	u := c.calls.get()
+	u.pool = &c.calls
+	u.holders.Store(1) // the caller's
 	started := &u.start
 	ctx = c.startCallIn(ctx, started, method, opts)
 	defer func() {
 		err = withCall(err, started.full, started.rid)
 		started.end(err)
+		u.reusable = u.call.delivered
+		u.letGo()
 	}()
 	return c.runUnary(ctx, u, method, req, reply)
 }
@@ -43,9 +67,12 @@ func (c *Client) runUnary(ctx context.Context, u *unaryCall, method *MethodDesc,
 	cfg, full, rid := &started.cfg, started.full, started.rid
 
 	if deadline := c.deadline(ctx, method, cfg.timeout, started.began); !ctxEndsBy(ctx, deadline) {
-		c.deadlines.start(&u.deadline, ctx, deadline, started.began)
-		defer c.deadlines.release(&u.deadline)
-		ctx = &u.deadline
+		// Apart from u: a context may be kept by whatever it was passed
+		// to (a go-redis hook, say), so it is never reused.
+		own := new(deadlineContext)
+		c.deadlines.start(own, ctx, deadline, started.began)
+		defer c.deadlines.release(own)
+		ctx = own
 	}
 	if ctx.Err() != nil { // cancelled, or a budget spent upstream
 		return notSent(ctx, full, rid, "before the call began")
@@ -61,7 +88,7 @@ func (c *Client) runUnary(ctx context.Context, u *unaryCall, method *MethodDesc,
 	}
 	defer c.buffers.Put(buf) // every attempt's envelope is a copy
 	call := &u.call
-	*call = outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg}
+	*call = outgoingCall{method: method, full: full, id: rid, payload: *buf, cfg: cfg, owner: u}
 	return c.attempts(ctx, started, call, reply)
 }
 
@@ -123,6 +150,11 @@ type outgoingCall struct {
 	// Later attempts take new ones: an attempt that gave up may leave its
 	// send with a flusher, which finishes it after the attempt returned.
 	firstSend sendOp
+	// owner is the unaryCall the call is part of.
+	owner *unaryCall
+	// delivered: the first attempt's outcome was delivered, and no later
+	// attempt sent anything (see unaryCall.reusable).
+	delivered bool
 }
 
 // attempt sends the call once and waits for its outcome.
@@ -196,13 +228,19 @@ func (c *Client) sendAndAwait(ctx context.Context, svc *clientService, call *out
 	send := &call.firstSend
 	if attempt > 1 {
 		send = new(sendOp)
+		call.delivered = false // send, which may outlive the call, points at it
 	}
 	send.init(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers, &c.signals)
+	if attempt == 1 {
+		send.holder = call.owner
+		send.holder.holders.Add(1) // the flusher's, let go when finished returns
+	}
 	svc.expect(rid, &send.outcome)
 	defer svc.forget(rid)
 	err = c.writer.submit(ctx, &send.pipelineOp)
 	if err != nil {
 		send.releaseEnvelope() // never queued
+		send.letGo()
 	}
 	if errors.Is(err, errBatcherClosed) {
 		return notExecutedf(Canceled, "%s [%s]: client closed", full, rid)
@@ -212,6 +250,7 @@ func (c *Client) sendAndAwait(ctx context.Context, svc *clientService, call *out
 	}
 
 	if c.awaitOutcome(ctx, &send.outcome) {
+		call.delivered = attempt == 1
 		res := send.outcome.res
 		if res.err != nil {
 			return res.err
