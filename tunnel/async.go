@@ -129,10 +129,12 @@ func (c *Client) Enqueue(ctx context.Context, method *MethodDesc, req proto.Mess
 	if err := checkUnary(method); err != nil {
 		return Receipt{}, err
 	}
-	ctx, started := c.startCall(ctx, method, opts)
+	started := c.starts.get() // nothing keeps it once Enqueue returns
+	ctx = c.startCallIn(ctx, started, method, opts)
 	defer func() {
 		err = withCall(err, started.full, started.rid)
 		started.end(err)
+		c.starts.put(started)
 	}()
 	cfg, full, rid := &started.cfg, started.full, started.rid
 	receipt := Receipt{RequestID: rid, IdempotencyKey: cfg.idempotencyKey, ProcessAt: cfg.processAt}
@@ -232,13 +234,14 @@ func (c *Client) checkAsync(method *MethodDesc, full, rid string, cfg *callConfi
 // verdict into an error.
 func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lane string, shard int, capacity, due int64, raw []byte) error {
 	keys := svc.queueKeys(c.keys, shard, lane)
-	item := &enqueuing{
+	item := c.enqueuings.get()
+	*item = enqueuing{
 		stream:   keys.requests,
 		retries:  keys.retries,
 		capacity: shareOfCap(capacity, int(svc.shards.count.Load())),
 		due:      due,
 		raw:      raw,
-		written:  make(chan struct{}),
+		written:  c.signals.get(),
 	}
 	err := c.enqueuer.submit(ctx, item)
 	if errors.Is(err, errBatcherClosed) {
@@ -251,18 +254,23 @@ func (c *Client) enqueue(ctx context.Context, svc *clientService, full, rid, lan
 	case <-item.written:
 	case <-ctx.Done():
 		if item.state.CompareAndSwap(opQueued, opAbandoned) {
+			// A flusher will still find item in its queue: it is left to
+			// the collector.
 			return notSent(ctx, full, rid, "before the request was enqueued")
 		}
 		<-item.written // already on its way: its outcome is what the caller must know
 	}
-	res := item.result
+	// The flusher's signal was its last use of item: both go back.
+	res, itemCap := item.result, item.capacity
+	c.signals.put(item.written)
+	c.enqueuings.put(item)
 	switch {
 	case res.err != nil && neverRan(res.err):
 		return notExecutedf(Unavailable, "%s [%s]: enqueue: %v (it was not queued: safe to retry)", full, rid, res.err)
 	case res.err != nil:
 		return &Error{code: Unavailable, message: fmt.Sprintf("%s [%s]: enqueue: %v (whether the request was queued is unknown; enqueueing again with the same idempotency key is safe)", full, rid, res.err), local: true}
 	case !res.queued:
-		return svc.refused(full, rid, res.backlog, item.capacity, "at its cap")
+		return svc.refused(full, rid, res.backlog, itemCap, "at its cap")
 	}
 	return nil
 }

@@ -40,6 +40,8 @@ type Client struct {
 	responses   objectPool[wire.Response] // the responses answered calls read, given back by them
 	signals     signalPool                // the channels calls wait on for their outcome
 	calls       objectPool[unaryCall]     // unary calls whose outcome was delivered, for the next
+	starts      objectPool[callStart]     // async enqueues' starts, once Enqueue returned
+	enqueuings  objectPool[enqueuing]     // async requests whose verdict was received
 	opts        ClientOptions
 	keys        store.Keyspace
 	log         *slog.Logger

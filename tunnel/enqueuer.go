@@ -18,7 +18,9 @@ type enqueuing struct {
 	// state moves from opQueued to opTaken when a flusher takes the
 	// request, or to opAbandoned when its caller gives up first.
 	state atomic.Int32
-	// result is the verdict, set before written closes.
+	// result is the verdict, set before written is signalled: once, by
+	// the flusher that took the request, as its last use of it (the
+	// caller then reuses both).
 	result  enqueueResult
 	written chan struct{}
 }
@@ -86,7 +88,7 @@ func (e *enqueuer) flush(batch []*enqueuing) {
 			} else {
 				item.result = enqueueResult{queued: verdicts[i].Queued, backlog: verdicts[i].Backlog}
 			}
-			close(item.written)
+			item.written <- struct{}{} // last: the caller may reuse item once it has received
 		}
 	}
 }
