@@ -38,16 +38,17 @@ type sendOp struct {
 	// the caller when it withdraws the op before it is taken.
 	envelope *[]byte
 	pool     *bufpool.Pool
-	// holder is the unaryCall this op keeps from reuse while a flusher
-	// may read it (the first attempt's send); nil for none.
-	holder *unaryCall
 }
+
+// holdsCall reports whether op keeps its call from reuse while a flusher
+// may read it: the first attempt's send, which is part of the call.
+func (op *sendOp) holdsCall() bool { return op == &op.call.firstSend }
 
 // letGo drops the op's hold on its call, if it has one; neither may be
 // used after.
 func (op *sendOp) letGo() {
-	if u := op.holder; u != nil {
-		u.letGo()
+	if op.holdsCall() {
+		op.call.owner.letGo()
 	}
 }
 

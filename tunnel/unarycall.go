@@ -25,21 +25,20 @@ type unaryCall struct {
 	// holders counts who may still read the call: its caller, and the
 	// flusher of its first send from the moment the send is queued until
 	// the send's finished returns (the answer may overtake it). The last
-	// to let go gives the call back to pool, if reusable.
+	// to let go gives the call back to pool when call.delivered: then no
+	// one but that flusher could still read it (nothing waits to deliver
+	// to it, no later attempt's send points at it). A call whose context
+	// ended first is left to the collector, as is one that retried.
 	holders atomic.Int32
-	// reusable is set by the caller before it lets go when no one but
-	// that flusher can still read the call: its only send's outcome was
-	// delivered, so nothing waits to deliver to it and no later attempt's
-	// send points at it. A call whose context ended first is left to the
-	// collector, as is one that retried.
-	reusable bool
-	pool     *objectPool[unaryCall]
+	pool    *objectPool[unaryCall]
 }
 
 // letGo drops one holder's claim on u; the last gives it back to its
-// pool when it is reusable. u must not be used after.
+// pool when its answer was delivered. u must not be used after. (The
+// caller writes call.delivered before it lets go, so whoever lets go
+// last reads it as the caller left it.)
 func (u *unaryCall) letGo() {
-	if u.holders.Add(-1) == 0 && u.reusable {
+	if u.holders.Add(-1) == 0 && u.call.delivered {
 		u.pool.put(u)
 	}
 }
@@ -53,7 +52,6 @@ func (c *Client) invoke(ctx context.Context, method *MethodDesc, req, reply prot
 	defer func() {
 		err = withCall(err, started.full, started.rid)
 		started.end(err)
-		u.reusable = u.call.delivered
 		u.letGo()
 	}()
 	return c.runUnary(ctx, u, method, req, reply)
@@ -153,7 +151,7 @@ type outgoingCall struct {
 	// owner is the unaryCall the call is part of.
 	owner *unaryCall
 	// delivered: the first attempt's outcome was delivered, and no later
-	// attempt sent anything (see unaryCall.reusable).
+	// attempt sent anything (see unaryCall.holders).
 	delivered bool
 }
 
@@ -231,9 +229,8 @@ func (c *Client) sendAndAwait(ctx context.Context, svc *clientService, call *out
 		call.delivered = false // send, which may outlive the call, points at it
 	}
 	send.init(svc, call, svc.requestStream(c.keys, call.shard, call.lane), envelope, &c.buffers, &c.signals)
-	if attempt == 1 {
-		send.holder = call.owner
-		send.holder.holders.Add(1) // the flusher's, let go when finished returns
+	if send.holdsCall() {
+		call.owner.holders.Add(1) // the flusher's, let go when finished returns
 	}
 	svc.expect(rid, &send.outcome)
 	defer svc.forget(rid)

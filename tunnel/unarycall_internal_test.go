@@ -4,14 +4,15 @@ import "testing"
 
 // TestUnaryCallReusedOnlyWhenBothLetGo: a unary call goes back to its
 // pool (emptied) only once its caller and the flusher of its first send
-// have both let go, and only when the caller marked it
-// reusable; one whose caller gave up is left as it is, for the collector,
-// since a late answer may still be delivered to it.
+// have both let go, and only when its answer was delivered; one whose
+// caller gave up is left as it is, for the collector, since a late
+// answer may still be delivered to it.
 func TestUnaryCallReusedOnlyWhenBothLetGo(t *testing.T) {
 	var pool objectPool[unaryCall]
-	start := func(reusable bool) *unaryCall {
-		u := &unaryCall{pool: &pool, reusable: reusable}
+	start := func(delivered bool) *unaryCall {
+		u := &unaryCall{pool: &pool}
 		u.call.id = "20261207-TEST-1796659200000-ABCDEF"
+		u.call.delivered = delivered
 		u.holders.Store(2) // the caller and the flusher
 		return u
 	}
@@ -31,6 +32,6 @@ func TestUnaryCallReusedOnlyWhenBothLetGo(t *testing.T) {
 	u.letGo()
 	u.letGo()
 	if emptied(u) {
-		t.Fatal("a call its caller did not mark reusable was given back to the pool")
+		t.Fatal("a call whose answer was not delivered was given back to the pool")
 	}
 }
